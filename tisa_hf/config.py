@@ -1,0 +1,84 @@
+"""`TisaConfig`: the settings of translation-invariant self-attention, stored in `config.json` as `"tisa"`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+MODES = ("add", "replace")
+INITS = ("fit", "zeros", "random")
+
+
+@dataclass
+class TisaConfig:
+    """How TISA patches an encoder.
+
+    Args:
+        num_kernels: S, the number of Gaussian kernels per head and layer (0 disables the bias; with
+            `mode="replace"` that is the bag-of-words baseline).
+        mode: `"add"` keeps the position embeddings; `"replace"` replaces each by their mean, so the
+            scoring functions carry all positional information and inputs may exceed the position table.
+        init: `"fit"` fits the kernels to the positional attention profiles of the model's own weights,
+            `"zeros"` starts with f = 0, `"random"` draws them at random.
+        share_across_layers: one scoring function per head, shared by every layer.
+        fit_window: largest |j - i| the fit looks at (None: every offset of the profile).
+        profile_length: positions used to extract the profiles (None: the whole position table, at most 512).
+        fit_restarts: random restarts per head, on top of the peak-seeded start.
+    """
+
+    num_kernels: int = 5
+    mode: Literal["add", "replace"] = "add"
+    init: Literal["fit", "zeros", "random"] = "fit"
+    share_across_layers: bool = False
+    fit_window: int | None = 64
+    profile_length: int | None = None
+    fit_restarts: int = 8
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.num_kernels, bool)
+            or not isinstance(self.num_kernels, int)
+            or self.num_kernels < 0
+        ):
+            raise ValueError(f"TisaConfig.num_kernels must be an integer >= 0, got {self.num_kernels!r}.")
+        if self.mode not in MODES:
+            raise ValueError(f"TisaConfig.mode must be one of {', '.join(MODES)}; got {self.mode!r}.")
+        if self.init not in INITS:
+            raise ValueError(f"TisaConfig.init must be one of {', '.join(INITS)}; got {self.init!r}.")
+        if not isinstance(self.share_across_layers, bool):
+            raise ValueError(
+                f"TisaConfig.share_across_layers must be True or False, got {self.share_across_layers!r}."
+            )
+        for name in ("fit_window", "profile_length"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"TisaConfig.{name} must be a positive integer or None, got {value!r}.")
+        if not isinstance(self.fit_restarts, int) or self.fit_restarts < 0:
+            raise ValueError(f"TisaConfig.fit_restarts must be an integer >= 0, got {self.fit_restarts!r}.")
+
+    @classmethod
+    def from_value(cls, value: TisaConfig | dict[str, Any] | bool) -> TisaConfig:
+        """Accepts what users pass as `tisa=`: a `TisaConfig`, a dict of its fields, or `True` for defaults."""
+        if isinstance(value, cls):
+            return value
+        if value is True:
+            return cls()
+        if isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(
+                    f"Unknown TisaConfig field(s) {', '.join(unknown)}; the fields are {', '.join(sorted(known))}."
+                )
+            return cls(**value)
+        raise ValueError(
+            f"tisa= takes a tisa_hf.TisaConfig, a dict of its fields or True; got {type(value).__name__}."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def num_parameters(self, num_layers: int, num_heads: int) -> int:
+        """3·S·H·L, or 3·S·H when the functions are shared across layers."""
+        layers = 1 if self.share_across_layers else num_layers
+        return 3 * self.num_kernels * num_heads * layers

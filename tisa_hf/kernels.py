@@ -1,0 +1,121 @@
+"""The TISA scoring functions and the Toeplitz attention bias they produce.
+
+`f(k) = sum_s a_s * exp(-|b_s| * (k - c_s)^2)` for each layer and head; the bias added to the attention
+logits is `F[h, i, j] = f_h(j - i)`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def kernel_values(
+    amplitude: torch.Tensor, sharpness: torch.Tensor, center: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor:
+    """f(k) for kernels of shape (..., S) at `offsets` of shape (K,): returns (..., K)."""
+    distance = offsets[:, None] - center[..., None, :]
+    return (amplitude[..., None, :] * torch.exp(-sharpness.abs()[..., None, :] * distance.square())).sum(-1)
+
+
+def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
+    """Builds F[..., i, j] = values[..., j - i + length - 1] from the 2n-1 values f(-(n-1)) .. f(n-1).
+
+    One strided view and one copy: row r of `unfold` holds values[r : r + n], i.e. offsets r - n + 1 .. r,
+    and flipping the rows puts offset j - i at (i, j).
+    """
+    return values.unfold(-1, length, 1).flip(-2)
+
+
+class TisaPositionBias(nn.Module):
+    """Kernel parameters a (`amplitude`), b (`sharpness`) and c (`center`), each (layers, heads, kernels).
+
+    Whenever no gradient is needed (eval under `torch.no_grad`, inference mode) each layer's bias is cached for the last length, dtype and device
+    it was built for, and rebuilt once the parameters change (an optimizer step, `load_state_dict`, `.to`).
+    """
+
+    def __init__(self, num_layers: int, num_heads: int, num_kernels: int):
+        super().__init__()
+        shape = (num_layers, num_heads, num_kernels)
+        self.amplitude = nn.Parameter(torch.zeros(shape))
+        self.sharpness = nn.Parameter(torch.zeros(shape))
+        self.center = nn.Parameter(torch.zeros(shape))
+        self.enabled = True
+        self._cache: dict[int, tuple[tuple, torch.Tensor]] = {}
+
+    @property
+    def num_layers(self) -> int:
+        return self.amplitude.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.amplitude.shape[1]
+
+    @property
+    def num_kernels(self) -> int:
+        return self.amplitude.shape[2]
+
+    def extra_repr(self) -> str:
+        return f"layers={self.num_layers}, heads={self.num_heads}, kernels={self.num_kernels}"
+
+    def scoring_function(self, offsets: torch.Tensor, layer: int | None = None) -> torch.Tensor:
+        """f(k) at `offsets`: (layers, heads, K), or (heads, K) for one layer."""
+        params = (self.amplitude, self.sharpness, self.center)
+        if layer is not None:
+            params = tuple(p[self._parameter_row(layer)] for p in params)
+        return kernel_values(*params, offsets.to(self.amplitude.dtype))
+
+    def forward(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
+        """The (1, heads, length, length) bias of one layer, in `dtype`."""
+        if torch.is_grad_enabled() and self.amplitude.requires_grad:
+            return self._build(layer, length, dtype)
+        key = (
+            length,
+            dtype,
+            self.amplitude.device,
+            torch.is_inference_mode_enabled(),
+            *self._parameter_versions(),
+        )
+        hit = self._cache.get(layer)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        bias = self._build(layer, length, dtype)
+        self._cache[layer] = (key, bias)
+        return bias
+
+    def _build(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
+        offsets = torch.arange(1 - length, length, device=self.amplitude.device)
+        values = self.scoring_function(offsets, layer).to(dtype)
+        return toeplitz_from_offsets(values, length).unsqueeze(0)
+
+    def _parameter_row(self, layer: int) -> int:
+        return 0 if self.num_layers == 1 else layer
+
+    def _parameter_versions(self) -> tuple:
+        return tuple((p.data_ptr(), p._version) for p in (self.amplitude, self.sharpness, self.center))
+
+    @torch.no_grad()
+    def reset_zeros(self, window: int) -> None:
+        """f = 0, with centres spread over [-window, window] and widths to match, so learning can start."""
+        self.amplitude.zero_()
+        self._spread_centres(window)
+
+    @torch.no_grad()
+    def reset_random(self, window: int, generator: torch.Generator | None = None) -> None:
+        """Random amplitudes (std 0.5), centres uniform in [-window, window], widths log-uniform."""
+        shape = self.amplitude.shape
+        self.amplitude.copy_(0.5 * torch.randn(shape, generator=generator))
+        self.center.copy_((2 * torch.rand(shape, generator=generator) - 1) * window)
+        log_width = torch.rand(shape, generator=generator) * math.log(max(window, 2))
+        self.sharpness.copy_(1.0 / torch.exp(log_width).square())
+
+    def _spread_centres(self, window: int) -> None:
+        num_kernels = self.num_kernels
+        if num_kernels == 0:
+            return
+        centres = torch.linspace(-window, window, num_kernels) if num_kernels > 1 else torch.zeros(1)
+        width = max(2 * window / max(num_kernels, 1), 1.0)
+        self.center.copy_(centres.expand_as(self.center))
+        self.sharpness.fill_(1.0 / width**2)
