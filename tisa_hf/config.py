@@ -35,20 +35,14 @@ class TisaConfig:
     fit_restarts: int = 8
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.num_kernels, bool)
-            or not isinstance(self.num_kernels, int)
-            or self.num_kernels < 0
-        ):
+        if isinstance(self.num_kernels, bool) or not isinstance(self.num_kernels, int) or self.num_kernels < 0:
             raise ValueError(f"TisaConfig.num_kernels must be an integer >= 0, got {self.num_kernels!r}.")
         if self.mode not in MODES:
             raise ValueError(f"TisaConfig.mode must be one of {', '.join(MODES)}; got {self.mode!r}.")
         if self.init not in INITS:
             raise ValueError(f"TisaConfig.init must be one of {', '.join(INITS)}; got {self.init!r}.")
         if not isinstance(self.share_across_layers, bool):
-            raise ValueError(
-                f"TisaConfig.share_across_layers must be True or False, got {self.share_across_layers!r}."
-            )
+            raise ValueError(f"TisaConfig.share_across_layers must be True or False, got {self.share_across_layers!r}.")
         for name in ("fit_window", "profile_length"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -71,9 +65,7 @@ class TisaConfig:
                     f"Unknown TisaConfig field(s) {', '.join(unknown)}; the fields are {', '.join(sorted(known))}."
                 )
             return cls(**value)
-        raise ValueError(
-            f"tisa= takes a tisa_hf.TisaConfig, a dict of its fields or True; got {type(value).__name__}."
-        )
+        raise ValueError(f"tisa= takes a tisa_hf.TisaConfig, a dict of its fields or True; got {type(value).__name__}.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

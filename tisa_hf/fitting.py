@@ -58,9 +58,7 @@ def fit_kernels(
     problems, num_starts = nonlinear.shape[:2]
     flat_target = target[:, None].expand(-1, num_starts, -1).reshape(problems * num_starts, -1)
     linear = _solve_linear(nonlinear.reshape(problems * num_starts, -1), flat_target, offsets, weights)
-    params = torch.cat(
-        [linear[:, :num_kernels], nonlinear.reshape(problems * num_starts, -1), linear[:, -1:]], -1
-    )
+    params = torch.cat([linear[:, :num_kernels], nonlinear.reshape(problems * num_starts, -1), linear[:, -1:]], -1)
     params, cost = _levenberg_marquardt(params, flat_target, offsets, weights, num_kernels, iterations)
 
     best = cost.reshape(problems, num_starts).argmin(1)
@@ -107,20 +105,14 @@ def _jacobian(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> 
     return torch.cat([bumps, d_log_sharpness, d_center, ones], 1).transpose(1, 2)
 
 
-def _solve_linear(
-    nonlinear: torch.Tensor, target: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor
-):
+def _solve_linear(nonlinear: torch.Tensor, target: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor):
     """Best amplitudes and constant for given (log b, c): a weighted linear least-squares solve."""
     log_sharpness, center = nonlinear.chunk(2, -1)
     bumps = torch.exp(-log_sharpness.exp()[..., None] * (offsets - center[..., None]).square())
     basis = torch.cat([bumps, torch.ones_like(bumps[:, :1])], 1).transpose(1, 2)  # (P, K, S+1)
     root = weights.sqrt()[:, None]
     gram = (root * basis).transpose(1, 2) @ (root * basis)
-    ridge = (
-        1e-8
-        * torch.eye(gram.shape[-1], dtype=gram.dtype)
-        * gram.diagonal(dim1=1, dim2=2).mean(-1)[:, None, None]
-    )
+    ridge = 1e-8 * torch.eye(gram.shape[-1], dtype=gram.dtype) * gram.diagonal(dim1=1, dim2=2).mean(-1)[:, None, None]
     rhs = (root * basis).transpose(1, 2) @ (root[:, 0] * target)[..., None]
     return torch.linalg.solve(gram + ridge, rhs)[..., 0]
 
@@ -153,9 +145,7 @@ def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iteratio
 
 def _clamped(params: torch.Tensor, num_kernels: int) -> torch.Tensor:
     amplitude, log_sharpness, center, constant = _split(params, num_kernels)
-    log_sharpness = log_sharpness.clamp(
-        torch.log(torch.tensor(MIN_SHARPNESS)), torch.log(torch.tensor(MAX_SHARPNESS))
-    )
+    log_sharpness = log_sharpness.clamp(torch.log(torch.tensor(MIN_SHARPNESS)), torch.log(torch.tensor(MAX_SHARPNESS)))
     return torch.cat([amplitude, log_sharpness, center, constant], -1)
 
 

@@ -32,8 +32,9 @@ def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
 class TisaPositionBias(nn.Module):
     """Kernel parameters a (`amplitude`), b (`sharpness`) and c (`center`), each (layers, heads, kernels).
 
-    Whenever no gradient is needed (eval under `torch.no_grad`, inference mode) each layer's bias is cached for the last length, dtype and device
-    it was built for, and rebuilt once the parameters change (an optimizer step, `load_state_dict`, `.to`).
+    Whenever no gradient is needed (`torch.no_grad`, inference mode) each layer's bias is cached for the last
+    length, dtype and device it was built for, and rebuilt once the parameters change (an optimizer step,
+    `load_state_dict`, `.to`).
     """
 
     def __init__(self, num_layers: int, num_heads: int, num_kernels: int):

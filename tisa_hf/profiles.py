@@ -39,7 +39,7 @@ def tisa_disabled(model: nn.Module) -> Iterator[None]:
     try:
         yield
     finally:
-        for module, state in zip(modules, states):
+        for module, state in zip(modules, states, strict=True):
             module.enabled = state
 
 
@@ -59,13 +59,9 @@ def extract_positional_profiles(model: PreTrainedModel, length: int | None = Non
     available = table.shape[0] - row_offset
     length = length or min(available, DEFAULT_PROFILE_LENGTH)
     if length > available:
-        raise ValueError(
-            f"Profiles of {length} positions were asked for, but the position table holds {available}."
-        )
+        raise ValueError(f"Profiles of {length} positions were asked for, but the position table holds {available}.")
     rows = slice(row_offset, row_offset + length)
-    hidden = (
-        embeddings.word_embeddings.weight.mean(0) + table[rows] + embeddings.token_type_embeddings.weight[0]
-    )
+    hidden = embeddings.word_embeddings.weight.mean(0) + table[rows] + embeddings.token_type_embeddings.weight[0]
     hidden = embeddings.LayerNorm(hidden)[None]
 
     queries: list[torch.Tensor] = []

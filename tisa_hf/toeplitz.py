@@ -37,9 +37,7 @@ def toeplitz_fit(matrices: torch.Tensor) -> ToeplitzFit:
     R² = 1 - sum (M - T)^2 / sum (M - mean M)^2 over all entries; a constant matrix counts as R² = 1.
     """
     if matrices.ndim < 2 or matrices.shape[-1] != matrices.shape[-2]:
-        raise ValueError(
-            f"toeplitz_fit needs square matrices (..., n, n); got shape {tuple(matrices.shape)}."
-        )
+        raise ValueError(f"toeplitz_fit needs square matrices (..., n, n); got shape {tuple(matrices.shape)}.")
     matrices = matrices.to(torch.float64)
     length = matrices.shape[-1]
     index = offset_index(length, matrices.device).flatten()

@@ -19,9 +19,7 @@ class TisaAlbertTransformer(AlbertTransformer):
         layers_per_group = self.config.num_hidden_layers / self.config.num_hidden_groups
         for index in range(self.config.num_hidden_layers):
             group = self.albert_layer_groups[int(index / layers_per_group)]
-            hidden_states = group(
-                hidden_states, attention_mask, **{LAYER_INDEX_KWARG: index * inner}, **kwargs
-            )
+            hidden_states = group(hidden_states, attention_mask, **{LAYER_INDEX_KWARG: index * inner}, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
