@@ -1,0 +1,41 @@
+"""`tisa-hf` command line: one subcommand per job, each implemented in its own module."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("tisa_hf.demo", "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload."),
+    "analyze": ("tisa_hf.analysis.cli:analyze", "Positional analysis report of one encoder."),
+    "compare": ("tisa_hf.analysis.cli:compare", "Key positional numbers of several encoders in one table."),
+    "glue": ("tisa_hf.finetune.glue", "Fine-tune and evaluate on a GLUE task."),
+    "squad": ("tisa_hf.finetune.squad", "Fine-tune and evaluate on SQuAD v1.1 / v2.0."),
+    "sweep": ("tisa_hf.finetune.sweep", "Run a grid of fine-tuning runs, resumably."),
+    "report": ("tisa_hf.finetune.report", "Results table (the TISA paper's table 3 layout)."),
+    "push": ("tisa_hf.hub", "Upload a run's model with a model card to the Hub."),
+    "bench": ("tisa_hf.bench", "Speed and memory of TISA against plain attention."),
+}
+
+
+def _load(target: str):
+    module_name, _, function = target.partition(":")
+    return getattr(importlib.import_module(module_name), function or "main")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        width = max(map(len, COMMANDS))
+        lines = [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in COMMANDS.items()]
+        print("usage: tisa-hf COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines))
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"tisa-hf: unknown command {command!r}; choose from {', '.join(COMMANDS)}.", file=sys.stderr)
+        return 2
+    return _load(COMMANDS[command][0])(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
