@@ -32,7 +32,7 @@ class TisaConfig:
     share_across_layers: bool = False
     fit_window: int | None = 64
     profile_length: int | None = None
-    fit_restarts: int = 8
+    fit_restarts: int = 24
 
     def __post_init__(self) -> None:
         if isinstance(self.num_kernels, bool) or not isinstance(self.num_kernels, int) or self.num_kernels < 0:

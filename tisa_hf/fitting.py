@@ -32,7 +32,7 @@ def fit_kernels(
     profiles: torch.Tensor,
     num_kernels: int,
     window: int | None = None,
-    restarts: int = 8,
+    restarts: int = 24,
     iterations: int = 150,
     seed: int = 0,
 ) -> KernelFit:
@@ -40,10 +40,10 @@ def fit_kernels(
 
     Starts: one seeded at the largest peaks of the profile, plus `restarts` random ones; the best wins.
     """
-    if profiles.shape[-1] % 2 == 0:
-        raise ValueError(f"Profiles must hold 2n-1 values (offsets -(n-1)..n-1); got {profiles.shape[-1]}.")
     if num_kernels < 1:
         raise ValueError(f"fit_kernels needs num_kernels >= 1, got {num_kernels}.")
+    if profiles.shape[-1] % 2 == 0:
+        raise ValueError(f"Profiles must hold 2n-1 values (offsets -(n-1)..n-1); got {profiles.shape[-1]}.")
     batch_shape = profiles.shape[:-1]
     length = (profiles.shape[-1] + 1) // 2
     window = min(window or length - 1, length - 1)
@@ -64,10 +64,8 @@ def fit_kernels(
     best = cost.reshape(problems, num_starts).argmin(1)
     params = params.reshape(problems, num_starts, -1)[torch.arange(problems), best]
     amplitude, log_sharpness, center, constant = _split(params, num_kernels)
-    residual = _model(params, offsets, num_kernels) - target
-    mean = (weights * target).sum(-1, keepdim=True) / weights.sum()
-    total = (weights * (target - mean).square()).sum(-1)
-    r2 = torch.where(total > 0, 1 - (weights * residual.square()).sum(-1) / total.clamp_min(1e-300), 1.0)
+    kernels_only = torch.cat([amplitude, log_sharpness, center, torch.zeros_like(constant)], -1)
+    r2 = scoring_function_r2(target, _model(kernels_only, offsets, num_kernels), weights)
 
     def shaped(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(*batch_shape, *x.shape[1:]).float()
@@ -182,3 +180,17 @@ def _random_start(target, offsets, num_kernels: int, window: int, generator: tor
         torch.rand(shape, generator=generator, dtype=target.dtype) * torch.log(torch.tensor(window + 1.0))
     )
     return torch.cat([(1 / width.square()).log(), centre], -1)
+
+
+def scoring_function_r2(profiles: torch.Tensor, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted R² of scoring-function values (..., K) against profiles (..., K) on the same offsets.
+
+    `weights` (K,) are the diagonal lengths; the best constant shift is allowed, since softmax ignores it.
+    """
+    profiles, values, weights = profiles.double(), values.double(), weights.double()
+    residual = profiles - values
+    shift = (weights * residual).sum(-1, keepdim=True) / weights.sum()
+    mean = (weights * profiles).sum(-1, keepdim=True) / weights.sum()
+    total = (weights * (profiles - mean).square()).sum(-1)
+    error = (weights * (residual - shift).square()).sum(-1)
+    return torch.where(total > 0, 1 - error / total.clamp_min(1e-300), 1.0)

