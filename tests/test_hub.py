@@ -102,8 +102,8 @@ def test_kernel_plot_is_written_and_linked(run_dir):
 
 
 def test_loading_snippet_reloads_the_model(run_dir):
-    model = tisa_hf.count_positional_parameters(hub.load_run_model(run_dir))
-    assert model.tisa == 3 * KERNELS * HEADS * LAYERS
+    counts = tisa_hf.count_positional_parameters(hub.load_run_model(run_dir))
+    assert counts.tisa == 3 * KERNELS * HEADS * LAYERS
 
 
 def test_replace_mode_counts_one_position_vector(tmp_path):

@@ -127,23 +127,22 @@ def load_squad(
     return DatasetDict({"train": read_squad_json(train_file), "validation": read_squad_json(validation_file)})
 
 
+CONTEXT_SEQUENCE = 1  # features are "[CLS] question [SEP] context [SEP]"
+
+
 def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerFast, max_seq_length: int, doc_stride: int):
     """Question + context windows: contexts longer than one feature overflow into windows that overlap by
     `doc_stride` tokens; only the context is ever truncated."""
-    question_first = tokenizer.padding_side == "right"
-    questions = [question.lstrip() for question in examples["question"]]
-    first, second = (questions, examples["context"]) if question_first else (examples["context"], questions)
-    encoding = tokenizer(
-        first,
-        second,
-        truncation="only_second" if question_first else "only_first",
+    return tokenizer(
+        [question.lstrip() for question in examples["question"]],
+        examples["context"],
+        truncation="only_second",
         max_length=max_seq_length,
         stride=doc_stride,
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
         padding="max_length",
     )
-    return encoding, 1 if question_first else 0
 
 
 def prepare_train_features(
@@ -152,7 +151,7 @@ def prepare_train_features(
     """Batched `Dataset.map` function: features with `start_positions`/`end_positions`, the token indices of the
     first answer; both point at the [CLS] token (index 0) when the question has no answer or the answer is
     not inside the feature's window."""
-    encoding, context_index = _tokenize(examples, tokenizer, max_seq_length, doc_stride)
+    encoding = _tokenize(examples, tokenizer, max_seq_length, doc_stride)
     example_of_feature = encoding.pop("overflow_to_sample_mapping")
     offsets_of_feature = encoding.pop("offset_mapping")
     encoding["start_positions"], encoding["end_positions"] = [], []
@@ -164,7 +163,7 @@ def prepare_train_features(
             start_char = answers["answer_start"][0]
             end_char = start_char + len(answers["text"][0])
             sequence_ids = encoding.sequence_ids(i)
-            context_tokens = [t for t, s in enumerate(sequence_ids) if s == context_index]
+            context_tokens = [t for t, s in enumerate(sequence_ids) if s == CONTEXT_SEQUENCE]
             first_token, last_token = context_tokens[0], context_tokens[-1]
             if offsets[first_token][0] <= start_char and offsets[last_token][1] >= end_char:
                 start = first_token
@@ -184,14 +183,14 @@ def prepare_eval_features(
 ) -> dict[str, list]:
     """Batched `Dataset.map` function: features with `example_id` and an `offset_mapping` that is None for
     every token outside the context, so post-processing only picks spans of context text."""
-    encoding, context_index = _tokenize(examples, tokenizer, max_seq_length, doc_stride)
+    encoding = _tokenize(examples, tokenizer, max_seq_length, doc_stride)
     example_of_feature = encoding.pop("overflow_to_sample_mapping")
     encoding["example_id"] = []
     for i in range(len(encoding["input_ids"])):
         sequence_ids = encoding.sequence_ids(i)
         encoding["example_id"].append(examples["id"][example_of_feature[i]])
         encoding["offset_mapping"][i] = [
-            offset if sequence_ids[t] == context_index else None
+            offset if sequence_ids[t] == CONTEXT_SEQUENCE else None
             for t, offset in enumerate(encoding["offset_mapping"][i])
         ]
     return dict(encoding)
