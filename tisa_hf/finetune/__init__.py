@@ -1,0 +1,1 @@
+"""Fine-tuning and evaluation on downstream tasks."""

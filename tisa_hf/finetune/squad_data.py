@@ -1,0 +1,254 @@
+"""SQuAD v1.1 / v2.0 data: loading (Hub or official JSON files), tokenised features, and the task bundle a trainer
+needs (`build_squad_task`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
+from transformers import PreTrainedTokenizerFast
+
+from .squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
+
+HUB_DATASETS = {False: "rajpurkar/squad", True: "rajpurkar/squad_v2"}
+
+SQUAD_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "title": Value("string"),
+        "context": Value("string"),
+        "question": Value("string"),
+        "answers": {"text": Sequence(Value("string")), "answer_start": Sequence(Value("int32"))},
+    }
+)
+
+
+@dataclass
+class SquadArguments:
+    """SQuAD data and decoding settings (defaults: the ALBERT paper's)."""
+
+    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0 (unanswerable questions)."})
+    train_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON (default: the Hub)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON for dev."})
+    max_seq_length: int = field(default=384, metadata={"help": "Tokens per feature (question + context window)."})
+    doc_stride: int = field(default=128, metadata={"help": "Tokens shared by consecutive windows of a context."})
+    n_best_size: int = field(default=20, metadata={"help": "Start and end candidates per feature."})
+    max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
+    null_score_diff_threshold: float = field(
+        default=0.0, metadata={"help": "v2: answer '' when the null score beats the best span by more than this."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N train examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dev examples."})
+
+
+class SquadFormatError(ValueError):
+    """A SQuAD JSON file that does not follow the official format."""
+
+
+def _require(value: Any, kind: type | tuple[type, ...], path: Path, where: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise SquadFormatError(
+            f"{path}: {where} must be {names}, got {type(value).__name__}; "
+            "expected the official SQuAD format (https://rajpurkar.github.io/SQuAD-explorer/)."
+        )
+    return value
+
+
+def _field(record: Mapping, key: str, kind: type | tuple[type, ...], path: Path, where: str) -> Any:
+    if key not in record:
+        raise SquadFormatError(
+            f'{path}: {where} has no "{key}"; expected the official SQuAD format '
+            "(https://rajpurkar.github.io/SQuAD-explorer/)."
+        )
+    return _require(record[key], kind, path, f"{where}.{key}")
+
+
+def read_squad_json(path: str | Path) -> Dataset:
+    """One row per question (columns id, title, context, question, answers{text, answer_start}) from an
+    official-format SQuAD file. Unanswerable v2 questions (`is_impossible`) get empty answers."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        raise SquadFormatError(f"{path}: no such file; pass the path of a SQuAD JSON file.") from None
+    except json.JSONDecodeError as error:
+        raise SquadFormatError(
+            f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}."
+        ) from None
+    _require(document, dict, path, "the top level")
+    rows = []
+    for a, article in enumerate(_field(document, "data", list, path, "the top level")):
+        where = f"data[{a}]"
+        _require(article, dict, path, where)
+        title = _field(article, "title", str, path, where) if "title" in article else ""
+        for p, paragraph in enumerate(_field(article, "paragraphs", list, path, where)):
+            where = f"data[{a}].paragraphs[{p}]"
+            _require(paragraph, dict, path, where)
+            context = _field(paragraph, "context", str, path, where)
+            for q, qa in enumerate(_field(paragraph, "qas", list, path, where)):
+                where = f"data[{a}].paragraphs[{p}].qas[{q}]"
+                _require(qa, dict, path, where)
+                question = _field(qa, "question", str, path, where)
+                qid = _field(qa, "id", str, path, where)
+                impossible = _field(qa, "is_impossible", bool, path, where) if "is_impossible" in qa else False
+                answers = [] if impossible else _field(qa, "answers", list, path, where)
+                texts, starts = [], []
+                for n, answer in enumerate(answers):
+                    _require(answer, dict, path, f"{where}.answers[{n}]")
+                    texts.append(_field(answer, "text", str, path, f"{where}.answers[{n}]"))
+                    starts.append(_field(answer, "answer_start", int, path, f"{where}.answers[{n}]"))
+                rows.append(
+                    {
+                        "id": qid,
+                        "title": title,
+                        "context": context,
+                        "question": question,
+                        "answers": {"text": texts, "answer_start": starts},
+                    }
+                )
+    return Dataset.from_list(rows, features=SQUAD_FEATURES)
+
+
+def load_squad(
+    version_2_with_negative: bool, train_file: str | None = None, validation_file: str | None = None
+) -> DatasetDict:
+    """`train` and `validation` splits: from the given JSON files, else from the Hub (`rajpurkar/squad[_v2]`)."""
+    if train_file is None and validation_file is None:
+        return load_dataset(HUB_DATASETS[version_2_with_negative])
+    if train_file is None or validation_file is None:
+        raise ValueError("Pass both train_file and validation_file (or neither, to load SQuAD from the Hub).")
+    return DatasetDict({"train": read_squad_json(train_file), "validation": read_squad_json(validation_file)})
+
+
+CONTEXT_SEQUENCE = 1  # features are "[CLS] question [SEP] context [SEP]"
+
+
+def _tokenize(examples: Mapping[str, list], tokenizer: PreTrainedTokenizerFast, max_seq_length: int, doc_stride: int):
+    """Question + context windows: contexts longer than one feature overflow into windows that overlap by
+    `doc_stride` tokens; only the context is ever truncated."""
+    return tokenizer(
+        [question.lstrip() for question in examples["question"]],
+        examples["context"],
+        truncation="only_second",
+        max_length=max_seq_length,
+        stride=doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="max_length",
+    )
+
+
+def prepare_train_features(
+    examples: Mapping[str, list], tokenizer: PreTrainedTokenizerFast, max_seq_length: int, doc_stride: int
+) -> dict[str, list]:
+    """Batched `Dataset.map` function: features with `start_positions`/`end_positions`, the token indices of the
+    first answer; both point at the [CLS] token (index 0) when the question has no answer or the answer is
+    not inside the feature's window."""
+    encoding = _tokenize(examples, tokenizer, max_seq_length, doc_stride)
+    example_of_feature = encoding.pop("overflow_to_sample_mapping")
+    offsets_of_feature = encoding.pop("offset_mapping")
+    encoding["start_positions"], encoding["end_positions"] = [], []
+    for i, offsets in enumerate(offsets_of_feature):
+        cls_index = encoding["input_ids"][i].index(tokenizer.cls_token_id)
+        answers = examples["answers"][example_of_feature[i]]
+        start, end = cls_index, cls_index
+        if answers["answer_start"]:
+            start_char = answers["answer_start"][0]
+            end_char = start_char + len(answers["text"][0])
+            sequence_ids = encoding.sequence_ids(i)
+            context_tokens = [t for t, s in enumerate(sequence_ids) if s == CONTEXT_SEQUENCE]
+            first_token, last_token = context_tokens[0], context_tokens[-1]
+            if offsets[first_token][0] <= start_char and offsets[last_token][1] >= end_char:
+                start = first_token
+                while start <= last_token and offsets[start][0] <= start_char:
+                    start += 1
+                end = last_token
+                while end >= first_token and offsets[end][1] >= end_char:
+                    end -= 1
+                start, end = start - 1, end + 1
+        encoding["start_positions"].append(start)
+        encoding["end_positions"].append(end)
+    return dict(encoding)
+
+
+def prepare_eval_features(
+    examples: Mapping[str, list], tokenizer: PreTrainedTokenizerFast, max_seq_length: int, doc_stride: int
+) -> dict[str, list]:
+    """Batched `Dataset.map` function: features with `example_id` and an `offset_mapping` that is None for
+    every token outside the context, so post-processing only picks spans of context text."""
+    encoding = _tokenize(examples, tokenizer, max_seq_length, doc_stride)
+    example_of_feature = encoding.pop("overflow_to_sample_mapping")
+    encoding["example_id"] = []
+    for i in range(len(encoding["input_ids"])):
+        sequence_ids = encoding.sequence_ids(i)
+        encoding["example_id"].append(examples["id"][example_of_feature[i]])
+        encoding["offset_mapping"][i] = [
+            offset if sequence_ids[t] == CONTEXT_SEQUENCE else None
+            for t, offset in enumerate(encoding["offset_mapping"][i])
+        ]
+    return dict(encoding)
+
+
+def _first(dataset: Dataset, count: int | None) -> Dataset:
+    return dataset if count is None else dataset.select(range(min(count, len(dataset))))
+
+
+def build_squad_task(
+    args: SquadArguments, tokenizer: PreTrainedTokenizerFast
+) -> tuple[Dataset, Dataset, Dataset, Callable[[np.ndarray, np.ndarray], dict[str, float]]]:
+    """Everything a question-answering trainer needs.
+
+    Returns:
+        train_dataset: model inputs plus `start_positions`/`end_positions`.
+        eval_dataset: model inputs only, one row per feature (an example may span several).
+        eval_examples: the dev questions (id, title, context, question, answers).
+        compute_metrics: `(start_logits, end_logits) -> dict`, each array (features, sequence length) in
+            `eval_dataset` order; v1.1 gives `exact_match`/`f1`, v2.0 the official v2 result (see
+            `squad_v2_scores`).
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"SQuAD features need a fast tokenizer (offset mappings); got {type(tokenizer).__name__}. "
+            "Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
+        )
+    if args.doc_stride >= args.max_seq_length:
+        raise ValueError(f"doc_stride ({args.doc_stride}) must be smaller than max_seq_length ({args.max_seq_length}).")
+    raw = load_squad(args.version_2_with_negative, args.train_file, args.validation_file)
+    sizes = {"max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride}
+    train_examples = _first(raw["train"], args.max_train_samples)
+    train_dataset = train_examples.map(
+        prepare_train_features,
+        batched=True,
+        remove_columns=train_examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, **sizes},
+        desc="Tokenising SQuAD train",
+    )
+    eval_examples = _first(raw["validation"], args.max_eval_samples)
+    eval_features = eval_examples.map(
+        prepare_eval_features,
+        batched=True,
+        remove_columns=eval_examples.column_names,
+        fn_kwargs={"tokenizer": tokenizer, **sizes},
+        desc="Tokenising SQuAD dev",
+    )
+    eval_dataset = eval_features.remove_columns(["example_id", "offset_mapping"])
+    feature_rows = eval_features.select_columns(["example_id", "offset_mapping"]).to_list()
+    example_rows = eval_examples.select_columns(["id", "context"]).to_list()
+    gold = {row["id"]: row["answers"]["text"] for row in eval_examples}
+
+    def compute_metrics(start_logits: np.ndarray, end_logits: np.ndarray) -> dict[str, float]:
+        best_spans, null_score_diffs = postprocess_predictions(
+            example_rows, feature_rows, start_logits, end_logits, args.n_best_size, args.max_answer_length
+        )
+        if args.version_2_with_negative:
+            return squad_v2_scores(gold, best_spans, null_score_diffs, args.null_score_diff_threshold)
+        return squad_v1_scores(gold, best_spans)
+
+    return train_dataset, eval_dataset, eval_examples, compute_metrics

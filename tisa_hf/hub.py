@@ -1,0 +1,254 @@
+"""Model cards for fine-tuning runs, and uploading a run's model to the Hugging Face Hub (`tisa-hf push`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from matplotlib.figure import Figure
+from transformers import AutoConfig, AutoModel, PreTrainedModel
+
+from .config import TisaConfig
+from .counting import PositionalParameterCount, count_positional_parameters
+
+KERNEL_PLOT = "tisa_scoring_functions.png"
+METRICS_FILE = "metrics.json"
+METRICS_KEYS = ("config", "seed", "metrics", "versions", "wall_time_s")
+
+# What a run directory uploads: weights, configs, tokenizer files, the card and its plot; never training state.
+UPLOAD_PATTERNS = [
+    "*.safetensors",
+    "*.json",
+    "tokenizer*",
+    "vocab.*",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "README.md",
+    KERNEL_PLOT,
+]
+IGNORE_PATTERNS = [
+    "checkpoint*",
+    "*/checkpoint*",
+    "runs/*",
+    "*/runs/*",
+    "*tfevents*",
+    "*optimizer*",
+    "*scheduler*",
+    "*random_states*",
+]
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
+SQUAD_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2"}
+NOT_SCORES = ("total", "thresh")  # SQuAD v2 question counts and null-score thresholds
+HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+def read_run_metrics(run_dir: Path) -> dict[str, Any]:
+    """The run's `metrics.json`, checked for the keys a card needs."""
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; a run directory holds the model, tokenizer and {METRICS_FILE}.")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}.") from None
+    missing = [key for key in METRICS_KEYS if key not in record]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}; it needs the keys {', '.join(METRICS_KEYS)}.")
+    for key in ("task", "model"):
+        if key not in record["config"]:
+            raise ValueError(f'{path}: "config" lacks "{key}".')
+    return record
+
+
+def load_run_model(run_dir: Path) -> PreTrainedModel:
+    """The saved model, by the architecture its config names (the base encoder if it names none)."""
+    config = AutoConfig.from_pretrained(run_dir)
+    architecture = (config.architectures or [None])[0]
+    model_class = getattr(transformers, architecture, None) if architecture else None
+    return (model_class or AutoModel).from_pretrained(run_dir).eval()
+
+
+def unpatched_positional_parameters(run_dir: Path) -> PositionalParameterCount:
+    """Positional parameters of the same architecture without TISA (built on the meta device: no weights)."""
+    config = AutoConfig.from_pretrained(run_dir)
+    config.tisa = None
+    with torch.device("meta"):
+        return count_positional_parameters(AutoModel.from_config(config))
+
+
+def plot_scoring_functions(model: PreTrainedModel, path: Path, max_offset: int) -> bool:
+    """Plots f(k), k = -max_offset..max_offset, one panel per layer and one line per head; False without kernels."""
+    bias = getattr(model.base_model, "tisa", None)
+    if bias is None:
+        return False
+    offsets = torch.arange(-max_offset, max_offset + 1)
+    with torch.no_grad():
+        values = bias.scoring_function(offsets).float().cpu().numpy()
+    layers = values.shape[0]
+    columns = min(layers, 4)
+    rows = -(-layers // columns)
+    figure = Figure(figsize=(3.2 * columns, 2.4 * rows))  # drawn by the Agg canvas, no pyplot state
+    axes = figure.subplots(rows, columns, squeeze=False, sharex=True)
+    for layer, axis in enumerate(axes.flat):
+        if layer >= layers:
+            axis.set_visible(False)
+            continue
+        for head in range(values.shape[1]):
+            axis.plot(offsets.numpy(), values[layer, head], linewidth=0.9)
+        axis.set_title("all layers (shared)" if bias.num_layers == 1 else f"layer {layer}", fontsize=9)
+        axis.axvline(0, color="0.8", linewidth=0.5, zorder=0)
+    for axis in axes[-1]:
+        axis.set_xlabel("offset k = j - i")
+    for axis in axes[:, 0]:
+        axis.set_ylabel("f(k)")
+    figure.suptitle("TISA scoring functions, one line per head")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return True
+
+
+def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResult]]:
+    """The dataset id and the `model-index` entries of a task's dev metrics (numbers only)."""
+    name = task.lower().replace("-", "")
+    if name in SQUAD_DATASETS:
+        dataset, config, task_type, label = SQUAD_DATASETS[name], None, "question-answering", task
+    elif name in GLUE_TASKS:
+        dataset, config, task_type, label = "nyu-mll/glue", name, "text-classification", f"GLUE {task.upper()}"
+    else:
+        raise ValueError(f"Unknown task {task!r}: a card covers the GLUE tasks ({', '.join(GLUE_TASKS)}) and squad.")
+    results = [
+        EvalResult(
+            task_type=task_type,
+            dataset_type=dataset,
+            dataset_name=label,
+            dataset_config=config,
+            dataset_split="validation",
+            metric_type=metric,
+            metric_value=float(value),
+        )
+        for metric, value in metrics.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not metric.endswith(NOT_SCORES)
+    ]
+    return dataset, results
+
+
+def _loading_class(model: PreTrainedModel) -> str:
+    head = type(model).__name__.partition("For")[2]
+    return f"AutoModelFor{head}" if head else "AutoModel"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+
+
+def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCard:
+    """The card of a run directory (saved model and tokenizer plus `metrics.json`); writes the kernel plot there.
+
+    `repo_id` names the model in the card and in its loading example (default: the run directory).
+    """
+    run_dir = Path(run_dir)
+    record = read_run_metrics(run_dir)
+    run_config, metrics = record["config"], record["metrics"]
+    task, base_model = str(run_config["task"]), str(run_config["model"])
+    model = load_run_model(run_dir)
+    name = repo_id or str(run_dir)
+    dataset, results = eval_results(task, metrics)
+    tisa = TisaConfig.from_value(model.config.tisa) if model.config.tisa else None
+
+    card_data = ModelCardData(
+        model_name=name,
+        base_model=base_model if HUB_ID.match(base_model) and not Path(base_model).exists() else None,
+        library_name="transformers",
+        datasets=[dataset],
+        tags=["tisa", "tisa-hf", "translation-invariant-self-attention", task.lower()],
+        eval_results=results or None,
+    )
+
+    counts = count_positional_parameters(model)
+    unpatched = unpatched_positional_parameters(run_dir)
+    sections = [
+        f"# {name}\n\n`{base_model}` fine-tuned on {task} with translation-invariant self-attention (TISA, "
+        "Wennberg & Henter 2021): each head of each layer adds `f(j - i)` to its attention logits, with "
+        "`f(k) = sum_s a_s exp(-|b_s| (k - c_s)^2)`.",
+        f"## Model\n\n- Base model: `{base_model}`\n- Architecture: `{type(model).__name__}` "
+        f"({model.config.num_hidden_layers} layers, {model.config.num_attention_heads} heads)",
+    ]
+    if tisa is None:
+        sections.append("## TISA settings\n\nNone: this run is the unpatched baseline.")
+    else:
+        settings = _table(["setting", "value"], [[key, f"`{value}`"] for key, value in tisa.to_dict().items()])
+        sections.append(f"## TISA settings\n\n{settings}")
+    count_rows = [
+        ["this model", counts.tisa, counts.position_embeddings, counts.total],
+        ["unpatched base model", unpatched.tisa, unpatched.position_embeddings, unpatched.total],
+    ]
+    count_note = (
+        "\n\nIn `replace` mode the position table is kept on disk but only its mean reaches the model, so it "
+        "counts as one vector."
+        if tisa is not None and tisa.mode == "replace"
+        else ""
+    )
+    sections.append(
+        "## Positional parameters\n\n"
+        + _table(["", "TISA kernels", "position embeddings", "total"], count_rows)
+        + count_note
+    )
+    max_offset = (tisa.fit_window if tisa else None) or 64
+    if plot_scoring_functions(model, run_dir / KERNEL_PLOT, max_offset):
+        sections.append(
+            f"## Scoring functions\n\nThe learned f(k) for |k| <= {max_offset}, one panel per layer, one line per "
+            f"head:\n\n![TISA scoring functions]({KERNEL_PLOT})"
+        )
+    metric_rows = [[result.metric_type, f"{result.metric_value:.4f}"] for result in results]
+    sections.append(
+        f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, training and evaluation took "
+        f"{float(record['wall_time_s']):.0f} s).\n\n" + _table(["metric", "value"], metric_rows)
+    )
+    sections.append(
+        "## Usage\n\nImport `tisa_hf` first: it teaches transformers to rebuild the TISA kernels from "
+        f"`config.json`.\n\n```python\nimport tisa_hf  # noqa: F401\nfrom transformers import AutoTokenizer, "
+        f'{_loading_class(model)}\n\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n'
+        f'model = {_loading_class(model)}.from_pretrained("{name}")\n```'
+    )
+    sections.append(
+        "## Training configuration\n\n```json\n"
+        + json.dumps({"config": run_config, "versions": record["versions"]}, indent=2, sort_keys=True)
+        + "\n```"
+    )
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
+
+
+def push_run(run_dir: str | Path, repo_id: str, private: bool = False, token: str | None = None) -> str:
+    """Writes the card as `README.md` into the run directory and uploads the model files (no checkpoints or
+    logs) to `repo_id`, creating the repository if needed. Returns the commit URL."""
+    run_dir = Path(run_dir)
+    build_model_card(run_dir, repo_id=repo_id).save(run_dir / "README.md")
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    commit = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=run_dir,
+        allow_patterns=UPLOAD_PATTERNS,
+        ignore_patterns=IGNORE_PATTERNS,
+        commit_message="Upload TISA fine-tuned model",
+    )
+    return str(getattr(commit, "commit_url", commit))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tisa-hf push", description="Upload a run's model with a model card.")
+    parser.add_argument("run_dir", type=Path, help="Run directory: saved model, tokenizer and metrics.json.")
+    parser.add_argument("repo_id", help="Hub repository, e.g. user/bert-base-tisa-rte.")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    args = parser.parse_args(argv)
+    print(push_run(args.run_dir, args.repo_id, private=args.private))
+    return 0
