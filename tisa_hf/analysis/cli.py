@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .compare import comparison_rows, format_table, write_comparison
+from .compare import check_scores, comparison_rows, format_table, write_comparison
 from .loading import load_model, load_tokenizer
 from .pipeline import AnalysisOptions, analyze_model
 from .plots import save_figures
@@ -81,10 +81,7 @@ def compare(argv: list[str]) -> int:
     _add_analysis_options(parser)
     args = parser.parse_args(argv)
     try:
-        if args.scores is not None and len(args.scores) != len(args.models):
-            raise ValueError(
-                f"--scores needs one score per model: got {len(args.scores)} scores for {len(args.models)} models."
-            )
+        check_scores(args.scores, len(args.models))
         metrics = {}
         for name in args.models:
             report = Path(name) / "metrics.json"

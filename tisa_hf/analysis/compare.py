@@ -13,10 +13,14 @@ from matplotlib.figure import Figure
 from .pipeline import key_numbers
 
 
+def check_scores(scores: list[float] | None, num_models: int) -> None:
+    if scores is not None and len(scores) != num_models:
+        raise ValueError(f"--scores needs one score per model: got {len(scores)} scores for {num_models} models.")
+
+
 def comparison_rows(metrics: dict[str, dict], scores: list[float] | None = None) -> list[dict]:
     """One row per model: its name, key numbers, and its score when given."""
-    if scores is not None and len(scores) != len(metrics):
-        raise ValueError(f"--scores needs one score per model: got {len(scores)} scores for {len(metrics)} models.")
+    check_scores(scores, len(metrics))
     rows = []
     for index, (name, values) in enumerate(metrics.items()):
         row = {"model": name, **key_numbers(values)}
