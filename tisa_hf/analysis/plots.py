@@ -26,11 +26,11 @@ def _pooled(matrix: torch.Tensor, pixels: int = HEATMAP_PIXELS) -> np.ndarray:
 
 def _panel_grid(rows: int, cols: int, title: str, xlabel: str, ylabel: str) -> tuple[Figure, np.ndarray]:
     """A rows × cols grid of small panels with a fixed layout (constrained layout is slow for many panels)."""
-    height = max(3.0, rows * PANEL_SIZE[1] + 0.8)
-    figure = Figure(figsize=(max(4.0, cols * PANEL_SIZE[0]), height))
+    width, height = max(4.0, cols * PANEL_SIZE[0] + 0.6), max(3.0, rows * PANEL_SIZE[1] + 0.8)
+    figure = Figure(figsize=(width, height))
     axes = figure.subplots(rows, cols, squeeze=False)
     margin = 0.6 / height
-    figure.subplots_adjust(left=0.05, right=0.99, bottom=margin, top=1 - margin, wspace=0.4, hspace=0.6)
+    figure.subplots_adjust(left=0.8 / width, right=0.99, bottom=margin, top=1 - margin, wspace=0.45, hspace=0.6)
     figure.suptitle(title)
     figure.supxlabel(xlabel)
     figure.supylabel(ylabel)
