@@ -24,6 +24,13 @@ def _pooled(matrix: torch.Tensor, pixels: int = HEATMAP_PIXELS) -> np.ndarray:
     return torch.nn.functional.avg_pool2d(matrix[None].float(), factor, ceil_mode=True)[0].numpy()
 
 
+def _robust_limits(matrix: torch.Tensor) -> dict[str, float]:
+    """Colour limits at the 1st and 99th percentiles, so that one outlying position (often 0) does not wash out
+    the rest of a heat map."""
+    low, high = torch.quantile(matrix.flatten().float(), torch.tensor([0.01, 0.99])).tolist()
+    return {"vmin": low, "vmax": high}
+
+
 def _panel_grid(rows: int, cols: int, title: str, xlabel: str, ylabel: str) -> tuple[Figure, np.ndarray]:
     """A rows × cols grid of small panels with a fixed layout (constrained layout is slow for many panels)."""
     width, height = max(4.0, cols * PANEL_SIZE[0] + 0.6), max(3.0, rows * PANEL_SIZE[1] + 0.8)
@@ -60,11 +67,11 @@ def gram_figure(result: AnalysisResult) -> Figure:
         strict=True,
     ):
         length = matrix.shape[0]
-        image = axis.imshow(_pooled(matrix), cmap="viridis", extent=(0, length, length, 0))
+        image = axis.imshow(_pooled(matrix), cmap="viridis", extent=(0, length, length, 0), **_robust_limits(matrix))
         axis.set_title(label, fontsize=9)
         axis.set_xlabel("position j (tokens)")
         axis.set_ylabel("position i (tokens)")
-        figure.colorbar(image, ax=axis, label="inner product (embedding units²)")
+        figure.colorbar(image, ax=axis, label="inner product (embedding units², 1st-99th percentile)")
     return figure
 
 
@@ -80,7 +87,8 @@ def profile_heatmaps_figure(result: AnalysisResult) -> Figure:
     )
 
     def draw(axis: Axes, row: int, head: int) -> None:
-        axis.imshow(_pooled(profiles.logits[row, head]), cmap="RdBu_r", extent=(0, length, length, 0))
+        matrix = profiles.logits[row, head]
+        axis.imshow(_pooled(matrix), cmap="RdBu_r", extent=(0, length, length, 0), **_robust_limits(matrix))
         axis.text(0.02, 0.02, f"R² {profiles.r2[row, head]:.2f}", transform=axis.transAxes, fontsize=5)
 
     _each_head(axes, profiles.layers, draw)
