@@ -1,0 +1,70 @@
+"""Loading an encoder and its tokenizer for analysis, and the model facts a report records."""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .. import __version__
+from ..adapters import find_base_model
+from ..patching import tisa_config_of
+
+
+def load_model(path_or_id: str) -> PreTrainedModel:
+    """The base encoder of a local folder or Hub id (a TISA checkpoint comes back patched), with eager
+    attention so that attention probabilities can be read."""
+    try:
+        model = AutoModel.from_pretrained(path_or_id, attn_implementation="eager")
+    except OSError as error:
+        raise ValueError(
+            f"Could not load a model from {path_or_id!r}: {error}. Pass a folder holding config.json and the "
+            "weights, or a Hub id reachable from this machine."
+        ) from None
+    find_base_model(model)
+    return model.eval()
+
+
+def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
+    try:
+        return AutoTokenizer.from_pretrained(path_or_id)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"Could not load a tokenizer from {path_or_id!r} ({error}). The probing and trace analyses need one: "
+            "pass --tokenizer PATH_OR_ID."
+        ) from None
+
+
+def use_eager_attention(model: PreTrainedModel) -> None:
+    """Switches a model to eager attention, the implementation that returns attention probabilities."""
+    if model.config._attn_implementation != "eager":
+        model.set_attn_implementation("eager")
+
+
+def model_facts(model: PreTrainedModel, model_id: str) -> dict:
+    """Model id, architecture sizes and TISA config, as recorded in metrics.json."""
+    base, adapter = find_base_model(model)
+    config = tisa_config_of(model)
+    table = adapter.embeddings(base).position_embeddings.weight
+    return {
+        "id": model_id,
+        "model_type": model.config.model_type,
+        "num_layers": model.config.num_hidden_layers,
+        "num_heads": model.config.num_attention_heads,
+        "hidden_size": model.config.hidden_size,
+        "position_table_length": table.shape[0] - adapter.position_row_offset(base),
+        "tisa": config.to_dict() if config is not None else None,
+    }
+
+
+def versions() -> dict[str, str]:
+    return {
+        "tisa_hf": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }

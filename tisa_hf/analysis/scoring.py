@@ -1,0 +1,66 @@
+"""TISA scoring functions f(k) of a patched model next to the F̂_P profiles they were fitted to (the TISA
+paper's figure 3 right and figure 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from ..adapters import find_base_model
+from ..patching import tisa_bias_module, tisa_config_of
+from .positional_attention import ProfileAnalysis
+
+
+@dataclass
+class ScoringComparison:
+    """Over `offsets` (|k| <= window): f(k) plus the constant that best matches the profile (softmax ignores
+    constants), the Toeplitz profile of F̂_P, and the weighted R² of f against it, each per layer and head."""
+
+    layers: list[int]
+    offsets: torch.Tensor
+    scoring: torch.Tensor
+    profile: torch.Tensor
+    r2: torch.Tensor
+    num_kernels: int
+
+
+def compare_scoring_to_profiles(model: PreTrainedModel, profiles: ProfileAnalysis) -> ScoringComparison | None:
+    """f(k) of every selected layer and head against its F̂_P profile; None when the model has no kernels.
+
+    The R² weighs offset k by n - |k|, the number of entries on its diagonal, as the kernel fit does, over the
+    fit window of the model's TISA config. Functions shared across layers are compared with the mean profile.
+    """
+    base, _ = find_base_model(model)
+    bias = tisa_bias_module(base)
+    config = tisa_config_of(model)
+    if bias is None or config is None:
+        return None
+    length = profiles.logits.shape[-1]
+    window = min(config.fit_window or length - 1, length - 1)
+    offsets = torch.arange(-window, window + 1)
+    profile = profiles.toeplitz_profile[..., length - 1 - window : length + window].double()
+    with torch.no_grad():
+        scoring = bias.scoring_function(offsets).double().cpu()
+    if bias.num_layers == 1:
+        layers = [0]
+        profile = profile.mean(0, keepdim=True)
+    else:
+        layers = profiles.layers
+        scoring = scoring[layers]
+    weights = (length - offsets.abs()).double()
+    shift = (weights * (profile - scoring)).sum(-1, keepdim=True) / weights.sum()
+    scoring = scoring + shift
+    mean = (weights * profile).sum(-1, keepdim=True) / weights.sum()
+    residual = (weights * (profile - scoring).square()).sum(-1)
+    total = (weights * (profile - mean).square()).sum(-1)
+    r2 = torch.where(total > 0, 1 - residual / total.clamp_min(1e-300), 1.0)
+    return ScoringComparison(
+        layers=layers,
+        offsets=offsets,
+        scoring=scoring.float(),
+        profile=profile.float(),
+        r2=r2.float(),
+        num_kernels=bias.num_kernels,
+    )
