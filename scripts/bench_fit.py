@@ -112,7 +112,8 @@ def main() -> None:
         }
         results[f"S={num_kernels}"] = row
         print(
-            f"S={num_kernels}: fit {fit_seconds:.2f} s (+extract {extract_seconds:.2f} s), scipy {scipy_seconds:.1f} s; "
+            f"S={num_kernels}: fit {fit_seconds:.2f} s (+extract {extract_seconds:.2f} s), "
+            f"scipy {scipy_seconds:.1f} s; "
             f"mean R² {row['mean_r2']:.4f} vs scipy {row['scipy_mean_r2']:.4f}; worst gap {row['max_gap']:+.4f}; "
             f"{row['heads_within_0.02']}/{len(flat)} heads within 0.02"
         )

@@ -11,14 +11,15 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from .. import __version__
 from ..adapters import find_base_model
+from ..packaged import resolve_model
 from ..patching import tisa_config_of
 
 
 def load_model(path_or_id: str) -> PreTrainedModel:
     """The base encoder of a local folder or Hub id (a TISA checkpoint comes back patched), with eager
-    attention so that attention probabilities can be read."""
+    attention so that attention probabilities can be read. `minilm` names the packaged MiniLM."""
     try:
-        model = AutoModel.from_pretrained(path_or_id, attn_implementation="eager")
+        model = AutoModel.from_pretrained(resolve_model(path_or_id), attn_implementation="eager")
     except OSError as error:
         raise ValueError(
             f"Could not load a model from {path_or_id!r}: {error}. Pass a folder holding config.json and the "
@@ -30,7 +31,7 @@ def load_model(path_or_id: str) -> PreTrainedModel:
 
 def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
     try:
-        return AutoTokenizer.from_pretrained(path_or_id)
+        return AutoTokenizer.from_pretrained(resolve_model(path_or_id))
     except (OSError, ValueError) as error:
         raise ValueError(
             f"Could not load a tokenizer from {path_or_id!r} ({error}). The probing and trace analyses need one: "
