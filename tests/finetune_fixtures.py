@@ -10,8 +10,8 @@ from transformers import AlbertConfig, AlbertForMaskedLM, BertConfig, BertModel,
 WORDS = [f"w{index}" for index in range(40)]
 
 
-def write_tiny_model(folder: Path, architecture: str = "bert") -> Path:
-    """A random 2-layer encoder (hidden 32, no dropout) and a word-level tokenizer, saved with save_pretrained."""
+def write_tiny_model(folder: Path, architecture: str = "bert", dropout: float = 0.0) -> Path:
+    """A random 2-layer encoder (hidden 32) and a word-level tokenizer, saved with save_pretrained."""
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
@@ -23,11 +23,11 @@ def write_tiny_model(folder: Path, architecture: str = "bert") -> Path:
         num_attention_heads=4,
         intermediate_size=64,
         max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
     if architecture == "albert":
-        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=0.0, **common)).albert
+        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=dropout, **common)).albert
     else:
         model = BertModel(BertConfig(**common))
     model.save_pretrained(folder)

@@ -147,7 +147,6 @@ def run(
     )
     evaluate = evaluation_callback(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
     state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args)
-    accelerator.end_training()
 
     result = {
         "task": task.name,
@@ -174,6 +173,7 @@ def run(
 
             push_run(output_dir, args.push_to_hub)
     accelerator.wait_for_everyone()
+    accelerator.end_training()  # also ends the process group, so it comes last
     return result
 
 

@@ -197,7 +197,11 @@ def load_data_files(train_file: str, validation_file: str, task: GlueTask) -> da
             raise ValueError(
                 f"{files[split]} lacks column(s) {', '.join(missing)}; {task.name} needs {', '.join(needed)}."
             )
-    return loaded.map(lambda row: {"label": _label_value(task, row["label"], "label")}).select_columns(list(needed))
+    for split, dataset in loaded.items():
+        values = enumerate(dataset["label"], start=1)
+        labels = [_label_value(task, value, f"{files[split]}: row {row}") for row, value in values]
+        loaded[split] = dataset.select_columns(list(task.text_columns)).add_column("label", labels)
+    return loaded
 
 
 def load_glue(

@@ -85,7 +85,7 @@ def parameter_groups(model: nn.Module, args: TrainingArguments, tisa_lr: float |
     groups: dict[str, dict[str, Any]] = {
         "decay": {"params": [], "weight_decay": args.weight_decay},
         "no_decay": {"params": [], "weight_decay": 0.0},
-        "tisa": {"params": [], "weight_decay": 0.0, "lr": tisa_lr or args.learning_rate},
+        "tisa": {"params": [], "weight_decay": 0.0, "lr": args.learning_rate if tisa_lr is None else tisa_lr},
     }
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
