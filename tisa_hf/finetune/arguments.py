@@ -143,7 +143,12 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: st
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     known, rest = pre.parse_known_args(_dotted_aliases(argv))
-    parser = HfArgumentParser(dataclass_types, prog=prog)
+    parser = HfArgumentParser(
+        dataclass_types,
+        prog=prog,
+        description="Settings come from --config FILE (YAML) and the options below, which override it; "
+        "every option takes dashes or underscores, and the TISA ones also the --tisa.num_kernels spelling.",
+    )
     parser.add_argument("--config", help="YAML file of settings; command-line options override it.")
     if known.config:
         values = load_config_file(known.config)
