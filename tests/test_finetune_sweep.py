@@ -60,12 +60,13 @@ def test_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
     write_rte_tsv(tmp_path / "RTE")
     sweep = write_sweep(tmp_path)
     sweep.write_text(sweep.read_text().replace('"seeds": [1, 2]', '"seeds": [1]'))
-    finished = tmp_path / "runs/rte/s3-replace/seed-1"
+    finished = tmp_path / "runs/rte/baseline/seed-1"
     finished.mkdir(parents=True)
     (finished / "metrics.json").write_text('{"kept": true}')
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.chdir(ROOT)
     assert main(["--config", str(sweep)]) == 0
-    result = json.loads((tmp_path / "runs/rte/baseline/seed-1/metrics.json").read_text())
-    assert result["steps"] == 4 and result["seed"] == 1 and result["tisa"] is None
+    result = json.loads((tmp_path / "runs/rte/s3-replace/seed-1/metrics.json").read_text())
+    assert result["steps"] == 4 and result["seed"] == 1
+    assert (result["tisa"]["num_kernels"], result["tisa"]["mode"]) == (3, "replace")
     assert json.loads((finished / "metrics.json").read_text()) == {"kept": True}
