@@ -1,1 +1,1 @@
-"""Fine-tuning and evaluation on downstream tasks."""
+"""Fine-tuning on GLUE and SQuAD: data, metrics, the Accelerate training loop, sweeps and reports."""

@@ -1,0 +1,72 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.finetune_fixtures import write_rte_tsv, write_tiny_model
+from tisa_hf.finetune.sweep import main, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_sweep(tmp_path, **extra):
+    (tmp_path / "glue").mkdir(exist_ok=True)
+    (tmp_path / "glue" / "rte.yaml").write_text("task: rte\nmax_steps: 4\n")
+    sweep = {
+        "model": str(tmp_path / "bert"),
+        "output_dir": str(tmp_path / "runs"),
+        "config_dir": "glue",
+        "tasks": ["rte"],
+        "seeds": [1, 2],
+        "variants": {"baseline": {}, "s3-replace": {"tisa": {"num_kernels": 3, "mode": "replace"}}},
+        "settings": {"data_dir": str(tmp_path), "no_tracking": True},
+        **extra,
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(json.dumps(sweep))  # JSON is YAML
+    return path
+
+
+def test_plan_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
+    sweep = write_sweep(tmp_path, launcher="accelerate launch --num_processes 2")
+    (tmp_path / "runs/rte/baseline/seed-1").mkdir(parents=True)
+    (tmp_path / "runs/rte/baseline/seed-1/metrics.json").write_text("{}")
+    (tmp_path / "runs/rte/s3-replace/seed-2/checkpoints").mkdir(parents=True)
+    runs = plan(sweep)
+    assert [(run.variant, run.seed, run.status) for run in runs] == [
+        ("baseline", 1, "done"),
+        ("baseline", 2, "new"),
+        ("s3-replace", 1, "new"),
+        ("s3-replace", 2, "resume"),
+    ]
+    last = runs[-1].command
+    assert last[:6] == ["accelerate", "launch", "--num_processes", "2", "-m", "tisa_hf.glue"]
+    assert last[last.index("--tisa.num_kernels") + 1] == "3" and last[last.index("--tisa.mode") + 1] == "replace"
+    assert last[last.index("--config") + 1] == str(tmp_path / "glue" / "rte.yaml")
+    assert last[-5:-1] == ["--seed", "2", "--output_dir", str(tmp_path / "runs/rte/s3-replace/seed-2")]
+    assert last[-1] == "--resume" and "--resume" not in runs[1].command
+    assert "--tisa.num_kernels" not in runs[1].command
+
+
+def test_bad_sweep_file_names_the_keys(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("model: x\ntask: [rte]\n")
+    with pytest.raises(ValueError, match=r"missing key\(s\) output_dir, tasks, seeds, variants, unknown key\(s\) task"):
+        plan(path)
+
+
+def test_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
+    write_tiny_model(tmp_path / "bert")
+    write_rte_tsv(tmp_path / "RTE")
+    sweep = write_sweep(tmp_path)
+    sweep.write_text(sweep.read_text().replace('"seeds": [1, 2]', '"seeds": [1]'))
+    finished = tmp_path / "runs/rte/baseline/seed-1"
+    finished.mkdir(parents=True)
+    (finished / "metrics.json").write_text('{"kept": true}')
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.chdir(ROOT)
+    assert main(["--config", str(sweep)]) == 0
+    result = json.loads((tmp_path / "runs/rte/s3-replace/seed-1/metrics.json").read_text())
+    assert result["steps"] == 4 and result["seed"] == 1
+    assert (result["tisa"]["num_kernels"], result["tisa"]["mode"]) == (3, "replace")
+    assert json.loads((finished / "metrics.json").read_text()) == {"kept": True}

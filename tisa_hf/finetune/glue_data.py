@@ -1,0 +1,226 @@
+"""GLUE tasks as `datasets.DatasetDict`s: from the Hub (nyu-mll/glue), the original TSV files, or CSV/JSON files.
+
+Every source yields the Hub's columns: the task's text column(s) and `label` (an int class id, or a float for
+STS-B), with one split per dev set (`validation`, or `validation_matched` and `validation_mismatched` for MNLI).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One GLUE task: its Hub columns, its original TSV layout and its dev sets.
+
+    `tsv_columns` name the TSV header fields holding (text..., label); integers are positions in header-less files.
+    `dev_files` maps each evaluation split to its TSV file name.
+    """
+
+    name: str
+    folder: str
+    text_columns: tuple[str, ...]
+    tsv_columns: tuple[str | int, ...]
+    label_names: tuple[str, ...] | None
+    dev_files: tuple[tuple[str, str], ...] = (("validation", "dev.tsv"),)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.label_names is None else len(self.label_names)
+
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        return tuple(split for split, _ in self.dev_files)
+
+
+_BINARY = ("0", "1")
+_ENTAILMENT = ("entailment", "not_entailment")
+TASKS: dict[str, GlueTask] = {
+    task.name: task
+    for task in (
+        GlueTask("cola", "CoLA", ("sentence",), (3, 1), _BINARY),
+        GlueTask("sst2", "SST-2", ("sentence",), ("sentence", "label"), _BINARY),
+        GlueTask("mrpc", "MRPC", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"), _BINARY),
+        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"), None),
+        GlueTask("qqp", "QQP", ("question1", "question2"), ("question1", "question2", "is_duplicate"), _BINARY),
+        GlueTask(
+            "mnli",
+            "MNLI",
+            ("premise", "hypothesis"),
+            ("sentence1", "sentence2", "gold_label"),
+            ("entailment", "neutral", "contradiction"),
+            (("validation_matched", "dev_matched.tsv"), ("validation_mismatched", "dev_mismatched.tsv")),
+        ),
+        GlueTask("qnli", "QNLI", ("question", "sentence"), ("question", "sentence", "label"), _ENTAILMENT),
+        GlueTask("rte", "RTE", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _ENTAILMENT),
+        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _BINARY),
+    )
+}
+
+
+def get_task(name: str) -> GlueTask:
+    key = name.lower().replace("-", "")
+    if key not in TASKS:
+        raise ValueError(f"Unknown GLUE task {name!r}; choose from {', '.join(TASKS)}.")
+    return TASKS[key]
+
+
+def _label_value(task: GlueTask, raw: str | int | float, where: str) -> int | float:
+    if task.is_regression:
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{where}: STS-B score {raw!r} is not a number.") from None
+    text = str(raw).strip()
+    if text in task.label_names:
+        return task.label_names.index(text)
+    if text.isdigit() and int(text) < task.num_labels:
+        return int(text)
+    raise ValueError(f"{where}: label {raw!r} is not one of {', '.join(task.label_names)} for {task.name}.")
+
+
+def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
+    """One original GLUE TSV file.
+
+    Hand-written because pandas' tokenizer errors name neither the file nor a usable line, and the GLUE files
+    need quoting off (sentences hold unbalanced quotes), a BOM-tolerant header (MRPC) and header-less CoLA.
+    """
+    columns = {name: [] for name in (*task.text_columns, "label")}
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = None if isinstance(task.tsv_columns[0], int) else next(rows, None)
+        if header is not None:
+            missing = [name for name in task.tsv_columns if name not in header]
+            if missing:
+                raise ValueError(
+                    f"{path}:1: header lacks column(s) {', '.join(missing)} of GLUE {task.folder}; it has "
+                    f"{', '.join(header)}."
+                )
+            positions = [header.index(name) for name in task.tsv_columns]
+            width = len(header)
+        else:
+            positions, width = list(task.tsv_columns), None
+        for row in rows:
+            where = f"{path}:{rows.line_num}"
+            if width is not None and len(row) != width:
+                raise ValueError(f"{where}: expected {width} tab-separated fields, found {len(row)}.")
+            if width is None and len(row) <= max(positions):
+                raise ValueError(
+                    f"{where}: expected at least {max(positions) + 1} tab-separated fields, found {len(row)}."
+                )
+            *texts, label = (row[position] for position in positions)
+            for name, text in zip(task.text_columns, texts, strict=True):
+                columns[name].append(text)
+            columns["label"].append(_label_value(task, label, where))
+    return datasets.Dataset.from_dict(columns)
+
+
+def _task_folder(data_dir: Path, task: GlueTask) -> Path:
+    for folder in (data_dir / task.folder, data_dir):
+        if (folder / "train.tsv").is_file():
+            return folder
+    raise ValueError(f"No {task.folder}/train.tsv under {data_dir}; --data-dir takes the GLUE folder or the task's.")
+
+
+def load_glue_tsv(data_dir: str | Path, task: GlueTask) -> datasets.DatasetDict:
+    folder = _task_folder(Path(data_dir), task)
+    splits = {"train": read_glue_tsv(folder / "train.tsv", task)}
+    for split, filename in task.dev_files:
+        if not (folder / filename).is_file():
+            raise ValueError(f"{folder / filename} is missing; GLUE {task.folder} is scored on it.")
+        splits[split] = read_glue_tsv(folder / filename, task)
+    return datasets.DatasetDict(splits)
+
+
+def check_json_file(path: Path) -> None:
+    """A JSON document or JSON lines; raises with the path and line of the first malformed record."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        json.loads(text)
+        return
+    except json.JSONDecodeError as document_error:
+        if text.lstrip().startswith("[") or text.count("\n") <= 1:
+            raise ValueError(f"{path}:{document_error.lineno}: malformed JSON ({document_error.msg}).") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: malformed JSON line ({error.msg}).") from None
+
+
+def check_csv_file(path: Path) -> None:
+    """Raises with the path and line of the first row whose field count differs from the header's."""
+    csv.field_size_limit(sys.maxsize)
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = csv.reader(handle)
+        header = next(rows, None)
+        if header is None:
+            raise ValueError(f"{path}:1: empty CSV file, expected a header row.")
+        for row in rows:
+            if row and len(row) != len(header):
+                raise ValueError(f"{path}:{rows.line_num}: expected {len(header)} fields, found {len(row)}.")
+
+
+DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+def load_data_files(train_file: str, validation_file: str, task: GlueTask) -> datasets.DatasetDict:
+    """CSV or JSON(-lines) files with the Hub column names; string labels are mapped to the task's class ids."""
+    files = {"train": Path(train_file), task.eval_splits[0]: Path(validation_file)}
+    builders = {DATA_FILE_BUILDERS.get(path.suffix.lower()) for path in files.values()}
+    if len(builders) != 1 or None in builders:
+        raise ValueError(
+            f"--train-file and --validation-file must both be .csv or both .json/.jsonl; got {train_file}, "
+            f"{validation_file}."
+        )
+    builder = builders.pop()
+    for path in files.values():
+        if not path.is_file():
+            raise ValueError(f"Data file {path} does not exist.")
+        (check_csv_file if builder == "csv" else check_json_file)(path)
+    loaded = datasets.load_dataset(builder, data_files={split: str(path) for split, path in files.items()})
+    needed = (*task.text_columns, "label")
+    for split, dataset in loaded.items():
+        missing = [name for name in needed if name not in dataset.column_names]
+        if missing:
+            raise ValueError(
+                f"{files[split]} lacks column(s) {', '.join(missing)}; {task.name} needs {', '.join(needed)}."
+            )
+    for split, dataset in loaded.items():
+        values = enumerate(dataset["label"], start=1)
+        labels = [_label_value(task, value, f"{files[split]}: row {row}") for row, value in values]
+        loaded[split] = dataset.select_columns(list(task.text_columns)).add_column("label", labels)
+    return loaded
+
+
+def load_glue(
+    task: GlueTask,
+    data_dir: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    dataset_name: str = "nyu-mll/glue",
+) -> datasets.DatasetDict:
+    """The task's train split and dev split(s), from whichever source is given (the Hub when none is)."""
+    if data_dir and (train_file or validation_file):
+        raise ValueError("Give either --data-dir (GLUE TSV files) or --train-file/--validation-file, not both.")
+    if data_dir:
+        return load_glue_tsv(data_dir, task)
+    if train_file or validation_file:
+        if not (train_file and validation_file):
+            raise ValueError("--train-file and --validation-file go together.")
+        return load_data_files(train_file, validation_file, task)
+    loaded = datasets.load_dataset(dataset_name, task.name)
+    return datasets.DatasetDict({split: loaded[split] for split in ("train", *task.eval_splits)}).select_columns(
+        [*task.text_columns, "label"]
+    )

@@ -1,0 +1,127 @@
+"""`tisa-hf sweep --config SWEEP.yaml`: every (task, variant, seed) run of a grid, one process launch each.
+
+Finished runs (their metrics.json exists) are skipped and runs with a checkpoint are resumed, so a sweep that
+was killed continues where it stopped when started again. Sweep file keys:
+
+    model: albert-base-v2            # any --model value
+    output_dir: runs/table3a         # runs go to OUTPUT_DIR/TASK/VARIANT/seed-SEED
+    config_dir: ../glue              # per-task configs CONFIG_DIR/TASK.yaml (relative to the sweep file)
+    tasks: [rte, mrpc]
+    seeds: [1, 2, 3, 4, 5]
+    variants: {baseline: {}, s5-add: {tisa: {num_kernels: 5, mode: add}}}
+    settings: {data_dir: path/to/glue}   # optional, for every run
+    launcher: accelerate launch --num_processes 8   # optional; default: this Python
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .trainer import CHECKPOINTS_DIR
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_KEYS = ("model", "output_dir", "tasks", "seeds", "variants")
+OPTIONAL_KEYS = ("config_dir", "settings", "launcher")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    task: str
+    variant: str
+    seed: int
+    output_dir: Path
+    command: list[str]
+    status: str  # "done", "resume" or "new"
+
+
+def settings_to_flags(settings: dict[str, Any]) -> list[str]:
+    """{"lr": 1e-5, "tisa": {"num_kernels": 3}} -> ["--lr", "1e-05", "--tisa.num_kernels", "3"]."""
+    flags = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flags += settings_to_flags({f"{key}.{inner}": inner_value for inner, inner_value in value.items()})
+        elif value is not None:
+            flags += [f"--{key}", str(value)]
+    return flags
+
+
+def load_sweep(path: str | Path) -> dict[str, Any]:
+    try:
+        sweep = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ValueError(f"Sweep file {path} does not exist.") from None
+    missing = [key for key in REQUIRED_KEYS if key not in sweep]
+    unknown = sorted(set(sweep) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
+    if missing or unknown:
+        raise ValueError(
+            f"Sweep file {path}: missing key(s) {', '.join(missing) or '-'}, "
+            f"unknown key(s) {', '.join(unknown) or '-'}; "
+            f"it takes {', '.join(REQUIRED_KEYS)} and optionally {', '.join(OPTIONAL_KEYS)}."
+        )
+    return sweep
+
+
+def plan(sweep_path: str | Path) -> list[PlannedRun]:
+    """Every run of the grid with its command line and whether it is done, to resume, or new."""
+    sweep = load_sweep(sweep_path)
+    config_dir = (Path(sweep_path).parent / sweep.get("config_dir", "../glue")).resolve()
+    launcher = shlex.split(sweep["launcher"]) if sweep.get("launcher") else [sys.executable]
+    runs = []
+    for task in sweep["tasks"]:
+        task_config = config_dir / f"{task}.yaml"
+        if not task_config.is_file():
+            raise ValueError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
+        for variant, variant_settings in sweep["variants"].items():
+            for seed in sweep["seeds"]:
+                output_dir = Path(sweep["output_dir"], task, variant, f"seed-{seed}")
+                status = (
+                    "done"
+                    if (output_dir / "metrics.json").is_file()
+                    else "resume"
+                    if (output_dir / CHECKPOINTS_DIR).is_dir()
+                    else "new"
+                )
+                command = [*launcher, "-m", "tisa_hf.glue", "--config", str(task_config)]
+                command += settings_to_flags({"model": sweep["model"], **(sweep.get("settings") or {})})
+                command += settings_to_flags(variant_settings or {})
+                command += ["--seed", str(seed), "--output_dir", str(output_dir)]
+                if status == "resume":
+                    command.append("--resume")
+                runs.append(PlannedRun(task, variant, seed, output_dir, command, status))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tisa-hf sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="Sweep YAML file.")
+    parser.add_argument("--dry-run", action="store_true", help="Print the runs and their status, run nothing.")
+    options = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        runs = plan(options.config)
+    except ValueError as error:
+        print(f"tisa-hf sweep: {error}", file=sys.stderr)
+        return 2
+    failed = []
+    for index, run in enumerate(runs, start=1):
+        label = f"[{index}/{len(runs)}] {run.task} {run.variant} seed {run.seed}"
+        if options.dry_run or run.status == "done":
+            print(f"{label}: {run.status}  {shlex.join(run.command)}")
+            continue
+        print(f"{label}: {'resuming' if run.status == 'resume' else 'starting'}", flush=True)
+        if subprocess.run(run.command, check=False).returncode != 0:
+            failed.append(label)
+    if failed:
+        print(f"tisa-hf sweep: {len(failed)} run(s) failed: {'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
