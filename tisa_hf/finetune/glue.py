@@ -7,39 +7,23 @@ TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run fin
 
 from __future__ import annotations
 
-import json
 import logging
-import platform
-import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-import accelerate
 import datasets
 import numpy as np
 import torch
-import transformers
-import yaml
 from accelerate import Accelerator
-from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
-from .. import __version__
-from .arguments import (
-    GlueDataArguments,
-    ModelArguments,
-    TisaArguments,
-    TrainingArguments,
-    parse_arguments,
-    resolve_model_path,
-    resolved_config,
-)
+from .arguments import GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments, resolved_config
 from .glue_data import GlueTask, get_task, load_glue
 from .metrics import glue_metrics
-from .trainer import CHECKPOINTS_DIR, build_accelerator, build_optimizer, fit, micro_batch_size, train_dataloader
+from .runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
+from .trainer import build_optimizer, fit, train_dataloader
 
 logger = logging.getLogger(__name__)
 
@@ -81,28 +65,14 @@ def evaluation_callback(
 
 
 def load_model(model_args: ModelArguments, tisa_args: TisaArguments, task: GlueTask):
-    path = resolve_model_path(model_args.model)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_args.tokenizer or model_args.model))
     extra = {"problem_type": "regression"} if task.is_regression else {}
-    tisa = tisa_args.tisa_config()
-    if tisa is not None:
-        extra["tisa"] = tisa
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=task.num_labels, **extra)
+    model, tokenizer = load_model_and_tokenizer(
+        AutoModelForSequenceClassification, model_args, tisa_args, num_labels=task.num_labels, **extra
+    )
     if task.label_names is not None:
         model.config.id2label = dict(enumerate(task.label_names))
         model.config.label2id = {name: index for index, name in enumerate(task.label_names)}
     return model, tokenizer
-
-
-def versions() -> dict[str, str]:
-    return {
-        "tisa_hf": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
-        "datasets": datasets.__version__,
-    }
 
 
 def run(
@@ -111,18 +81,8 @@ def run(
     """One fine-tuning run; returns what it writes to metrics.json."""
     started = time.perf_counter()
     task = get_task(data_args.task)
-    accelerator = build_accelerator(args)
-    output_dir = Path(args.output_dir)
     config = resolved_config(model_args, tisa_args, args, data_args)
-    batch_size = micro_batch_size(args, accelerator.num_processes)
-    if args.eval_batch_size % accelerator.num_processes:
-        raise ValueError(
-            f"eval_batch_size {args.eval_batch_size} must be a multiple of the {accelerator.num_processes} processes."
-        )
-    if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    set_seed(args.seed)
+    accelerator, batch_size = start_run(args, config)
 
     raw = load_glue(task, data_args.data_dir, data_args.train_file, data_args.validation_file, data_args.dataset_name)
     for split, limit in (
@@ -142,60 +102,17 @@ def run(
     model, optimizer, scheduler, train_loader, *eval_loaders = accelerator.prepare(
         model, optimizer, scheduler, train_loader, *eval_loaders
     )
-    accelerator.init_trackers(
-        "glue", config={key: str(value) if value is None else value for key, value in config.items()}
-    )
+    init_trackers(accelerator, "glue", config)
     evaluate = evaluation_callback(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
     state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args)
 
-    result = {
-        "task": task.name,
-        "model": model_args.model,
-        "tisa": tisa_args.tisa_config().to_dict() if tisa_args.tisa_config() else None,
-        "seed": args.seed,
-        "metrics": state.history[-1]["metrics"],
-        "history": state.history,
-        "steps": state.step,
-        "num_processes": accelerator.num_processes,
-        "wall_time_s": time.perf_counter() - started,
-        "versions": versions(),
-        "config": config,
-    }
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.save_pretrained(output_dir)
-        tokenizer.save_pretrained(output_dir)
-        (output_dir / "metrics.json").write_text(json.dumps(result, indent=2))
-        shutil.rmtree(output_dir / CHECKPOINTS_DIR, ignore_errors=True)
-        if args.push_to_hub:
-            from ..hub import push_run
-
-            push_run(output_dir, args.push_to_hub)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()  # also ends the process group, so it comes last
-    return result
+    record = run_record(task.name, model_args, tisa_args, args, state, accelerator, started, config)
+    finish_run(accelerator, model, tokenizer, args, record)
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        model_args, tisa_args, args, data_args = parse_arguments(ARGUMENT_TYPES, argv, prog="tisa-hf glue")
-        result = run(model_args, tisa_args, args, data_args)
-    except ValueError as error:
-        print(f"tisa-hf glue: {error}", file=sys.stderr)
-        return 2
-    print(
-        json.dumps(
-            {
-                "output_dir": args.output_dir,
-                "metrics": result["metrics"],
-                "wall_time_s": round(result["wall_time_s"], 1),
-            }
-        )
-    )
-    return 0
+    return command_main("tisa-hf glue", ARGUMENT_TYPES, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""What every fine-tuning command shares: model loading, the run folder (run_config.yaml, metrics.json, the saved
+model), the summary record and the command-line wrapper. The task modules (GLUE, SQuAD) add data and metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import accelerate
+import datasets
+import torch
+import transformers
+import yaml
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from transformers import AutoTokenizer
+
+from .. import __version__
+from .arguments import ModelArguments, TisaArguments, TrainingArguments, parse_arguments, resolve_model_path
+from .trainer import CHECKPOINTS_DIR, TrainerState, build_accelerator, micro_batch_size
+
+
+def load_model_and_tokenizer(auto_class: type, model_args: ModelArguments, tisa_args: TisaArguments, **config: Any):
+    """`auto_class.from_pretrained(--model, tisa=..., **config)` (TISA only when set) and the tokenizer."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_args.tokenizer or model_args.model))
+    tisa = tisa_args.tisa_config()
+    if tisa is not None:
+        config["tisa"] = tisa
+    model = auto_class.from_pretrained(resolve_model_path(model_args.model), **config)
+    return model, tokenizer
+
+
+def versions() -> dict[str, str]:
+    return {
+        "tisa_hf": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "accelerate": accelerate.__version__,
+        "datasets": datasets.__version__,
+    }
+
+
+def start_run(args: TrainingArguments, config: dict[str, Any]) -> tuple[Accelerator, int]:
+    """The accelerator and the data-loader batch size; checks the batch sizes, writes run_config.yaml, seeds."""
+    accelerator = build_accelerator(args)
+    batch_size = micro_batch_size(args, accelerator.num_processes)
+    if args.eval_batch_size % accelerator.num_processes:
+        raise ValueError(
+            f"eval_batch_size {args.eval_batch_size} must be a multiple of the {accelerator.num_processes} processes."
+        )
+    if accelerator.is_main_process:
+        output_dir = Path(args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    set_seed(args.seed)
+    return accelerator, batch_size
+
+
+def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]) -> None:
+    accelerator.init_trackers(
+        project, config={key: str(value) if value is None else value for key, value in config.items()}
+    )
+
+
+def run_record(
+    task: str,
+    model_args: ModelArguments,
+    tisa_args: TisaArguments,
+    args: TrainingArguments,
+    state: TrainerState,
+    accelerator: Accelerator,
+    started: float,
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    """What metrics.json holds: settings, seed, versions, every evaluation (the last one as `metrics`), wall time."""
+    tisa = tisa_args.tisa_config()
+    return {
+        "task": task,
+        "model": model_args.model,
+        "tisa": tisa.to_dict() if tisa else None,
+        "seed": args.seed,
+        "metrics": state.history[-1]["metrics"],
+        "history": state.history,
+        "steps": state.step,
+        "num_processes": accelerator.num_processes,
+        "wall_time_s": time.perf_counter() - started,
+        "versions": versions(),
+        "config": config,
+    }
+
+
+def finish_run(
+    accelerator: Accelerator, model: torch.nn.Module, tokenizer: Any, args: TrainingArguments, record: dict[str, Any]
+) -> None:
+    """Saves the model and tokenizer and metrics.json, drops the checkpoints, pushes to the Hub when asked, and
+    ends the trackers and the process group."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        output_dir = Path(args.output_dir)
+        accelerator.unwrap_model(model).save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        (output_dir / "metrics.json").write_text(json.dumps(record, indent=2))
+        shutil.rmtree(output_dir / CHECKPOINTS_DIR, ignore_errors=True)
+        if args.push_to_hub:
+            from ..hub import push_run
+
+            push_run(output_dir, args.push_to_hub)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()  # also ends the process group, so it comes last
+
+
+def command_main(
+    prog: str, argument_types: tuple[type, ...], run: Callable[..., dict[str, Any]], argv: list[str] | None
+) -> int:
+    """Parses `argv` into `argument_types` and calls `run` with them; prints a one-line JSON summary, or the
+    error (exit status 2) when the settings or data are wrong."""
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        parsed = parse_arguments(argument_types, argv, prog=prog)
+        record = run(*parsed)
+    except ValueError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    output_dir = next(value.output_dir for value in parsed if isinstance(value, TrainingArguments))
+    summary = {"output_dir": output_dir, "metrics": record["metrics"], "wall_time_s": round(record["wall_time_s"], 1)}
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,91 @@
+"""`tisa-hf squad` / `accelerate launch -m tisa_hf.squad`: fine-tune an encoder, with or without TISA, on SQuAD v1.1
+or v2.0 (`--version_2_with_negative`) and score it with the official EM/F1 (v2: also HasAns/NoAns and the best
+no-answer threshold).
+
+Writes to --output-dir what `tisa-hf glue` writes: the final model and tokenizer (`save_pretrained`, TISA
+included), `metrics.json`, `run_config.yaml` and TensorBoard logs; resumable checkpoints live in `checkpoints/`
+until the run finishes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from accelerate import Accelerator
+from torch import nn
+from torch.utils.data import DataLoader
+from transformers import AutoModelForQuestionAnswering, default_data_collator
+
+from .arguments import ModelArguments, TisaArguments, TrainingArguments, resolved_config
+from .runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
+from .squad_data import SquadArguments, build_squad_task
+from .trainer import build_optimizer, fit, train_dataloader
+
+# SquadArguments is the one source of the data settings (max_seq_length, train_file, ...): GlueDataArguments,
+# which has fields of the same names, is not part of this command.
+ARGUMENT_TYPES = (ModelArguments, TisaArguments, TrainingArguments, SquadArguments)
+
+EVAL_SPLIT = "validation"
+
+
+def task_name(squad_args: SquadArguments) -> str:
+    return "squad_v2" if squad_args.version_2_with_negative else "squad"
+
+
+def evaluation_callback(
+    accelerator: Accelerator,
+    model: nn.Module,
+    dataloader: DataLoader,
+    compute_metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
+):
+    """SQuAD scores of the dev set from the start/end logits of every feature, gathered from all processes in
+    dataset order (padding duplicates dropped)."""
+
+    def evaluate() -> dict[str, dict[str, float]]:
+        starts, ends = [], []
+        for batch in dataloader:
+            outputs = model(**batch)
+            start_logits, end_logits = accelerator.gather_for_metrics((outputs.start_logits, outputs.end_logits))
+            starts.append(start_logits.float().cpu().numpy())
+            ends.append(end_logits.float().cpu().numpy())
+        return {EVAL_SPLIT: compute_metrics(np.concatenate(starts), np.concatenate(ends))}
+
+    return evaluate
+
+
+def run(
+    model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, squad_args: SquadArguments
+) -> dict[str, Any]:
+    """One fine-tuning run; returns what it writes to metrics.json."""
+    started = time.perf_counter()
+    config = resolved_config(model_args, tisa_args, args, squad_args)
+    accelerator, batch_size = start_run(args, config)
+    model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, model_args, tisa_args)
+    with accelerator.main_process_first():
+        train_dataset, eval_dataset, _, compute_metrics = build_squad_task(squad_args, tokenizer)
+    # Features are padded to max_seq_length already, so the default collator only stacks them.
+    train_loader = train_dataloader(train_dataset, batch_size, default_data_collator, args.seed)
+    eval_loader = DataLoader(eval_dataset, batch_size=args.eval_batch_size, collate_fn=default_data_collator)
+    optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
+    model, optimizer, scheduler, train_loader, eval_loader = accelerator.prepare(
+        model, optimizer, scheduler, train_loader, eval_loader
+    )
+    init_trackers(accelerator, task_name(squad_args), config)
+    evaluate = evaluation_callback(accelerator, model, eval_loader, compute_metrics)
+    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args)
+
+    record = run_record(task_name(squad_args), model_args, tisa_args, args, state, accelerator, started, config)
+    finish_run(accelerator, model, tokenizer, args, record)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main("tisa-hf squad", ARGUMENT_TYPES, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
