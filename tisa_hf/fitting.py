@@ -83,22 +83,25 @@ def _split(params: torch.Tensor, num_kernels: int):
     return params.split([num_kernels] * 3 + [1], -1)
 
 
-def _model(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
+def _evaluate(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' values exp(-b (k - c)^2), (problems, S, K), and the model g(k), (problems, K)."""
     amplitude, log_sharpness, center, constant = _split(params, num_kernels)
-    distance = offsets - center[..., None]
-    bumps = torch.exp(-log_sharpness.exp()[..., None] * distance.square())
-    return (amplitude[..., None] * bumps).sum(-2) + constant
+    bumps = torch.exp(-log_sharpness.exp()[..., None] * (offsets - center[..., None]).square())
+    return bumps, (amplitude[..., None] * bumps).sum(-2) + constant
 
 
-def _jacobian(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
-    """d model / d params: (problems, K, 3S+1)."""
+def _model(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
+    return _evaluate(params, offsets, num_kernels)[1]
+
+
+def _jacobian(params: torch.Tensor, bumps: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
+    """d model / d params at `params`, whose kernel values are `bumps`: (problems, K, 3S+1)."""
     amplitude, log_sharpness, center, _ = _split(params, num_kernels)
     sharpness = log_sharpness.exp()[..., None]
     distance = offsets - center[..., None]
-    bumps = torch.exp(-sharpness * distance.square())
-    scaled = amplitude[..., None] * bumps
-    d_log_sharpness = -scaled * sharpness * distance.square()
-    d_center = 2 * scaled * sharpness * distance
+    scaled = amplitude[..., None] * sharpness * bumps
+    d_log_sharpness = -scaled * distance.square()
+    d_center = 2 * scaled * distance
     ones = torch.ones_like(bumps[:, :1])
     return torch.cat([bumps, d_log_sharpness, d_center, ones], 1).transpose(1, 2)
 
@@ -116,26 +119,27 @@ def _solve_linear(nonlinear: torch.Tensor, target: torch.Tensor, offsets: torch.
 
 
 def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iterations):
+    """Batched Levenberg-Marquardt with Marquardt's diagonal scaling; one kernel evaluation per iteration."""
     root = weights.sqrt()
-
-    def cost_of(p: torch.Tensor) -> torch.Tensor:
-        return (root * (_model(p, offsets, num_kernels) - target)).square().sum(-1)
-
     damping = torch.full((params.shape[0],), 1e-2, dtype=params.dtype)
-    cost = cost_of(params)
+    bumps, model = _evaluate(params, offsets, num_kernels)
+    residual = root * (model - target)
+    cost = residual.square().sum(-1)
     eye = torch.eye(params.shape[-1], dtype=params.dtype)
     for _ in range(iterations):
-        jacobian = root[:, None] * _jacobian(params, offsets, num_kernels)
-        residual = root * (_model(params, offsets, num_kernels) - target)
+        jacobian = root[:, None] * _jacobian(params, bumps, offsets, num_kernels)
         gram = jacobian.transpose(1, 2) @ jacobian
         gradient = jacobian.transpose(1, 2) @ residual[..., None]
         scale = gram.diagonal(dim1=1, dim2=2).clamp_min(1e-12)
         system = gram + damping[:, None, None] * (torch.diag_embed(scale) + 1e-9 * eye)
-        step = torch.linalg.solve(system, -gradient)[..., 0]
-        candidate = _clamped(params + step, num_kernels)
-        candidate_cost = cost_of(candidate)
+        candidate = _clamped(params + torch.linalg.solve(system, -gradient)[..., 0], num_kernels)
+        candidate_bumps, candidate_model = _evaluate(candidate, offsets, num_kernels)
+        candidate_residual = root * (candidate_model - target)
+        candidate_cost = candidate_residual.square().sum(-1)
         better = candidate_cost < cost
         params = torch.where(better[:, None], candidate, params)
+        bumps = torch.where(better[:, None, None], candidate_bumps, bumps)
+        residual = torch.where(better[:, None], candidate_residual, residual)
         cost = torch.where(better, candidate_cost, cost)
         damping = torch.where(better, damping / 3, damping * 4).clamp(1e-9, 1e9)
     return params, cost
