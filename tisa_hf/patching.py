@@ -9,6 +9,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .adapters import LAYER_INDEX_KWARG, AttentionSite, EncoderAdapter, find_base_model
+from .attention import install_fused_bias_sdpa
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
@@ -137,6 +138,7 @@ def apply_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConfi
         max_length = embeddings.position_embeddings.num_embeddings - row_offset
         embeddings.register_forward_pre_hook(SequenceLengthCheck(max_length), with_kwargs=True)
     if config.num_kernels > 0:
+        install_fused_bias_sdpa()
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
         reference = embeddings.position_embeddings.weight
         bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels)
