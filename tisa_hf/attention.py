@@ -6,21 +6,82 @@ kernel that returns a mask gradient, so `TrainableBiasAttention` is written here
 with the bias as a constant mask, and its backward recomputes the probabilities from the saved log-sum-exp and
 returns the gradients of the query, key, value and bias.
 
-`install_fused_bias_sdpa` wraps transformers' "sdpa" attention function so that exactly this case (CPU, float32,
-mask requiring a gradient, no dropout, not causal) takes that route; every other call goes to the original
-function unchanged. CUDA needs none of this: its memory-efficient kernel already returns the bias gradient.
+Long inputs at inference get a second route: the attention module receives the 2n-1 offset values
+(`ToeplitzBias`) instead of the (H, n, n) bias, and attention runs in blocks of query rows, each with only its
+rows of the bias, so no full-size bias is ever stored.
+
+`install_fused_bias_sdpa` wraps transformers' "sdpa" attention function so that exactly these cases (CPU,
+float32, mask requiring a gradient, no dropout, not causal; or a `ToeplitzBias` keyword) take those routes;
+every other call goes to the original function unchanged. CUDA needs no bias-gradient route: its
+memory-efficient kernel already returns the bias gradient.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from .kernels import toeplitz_from_offsets
+
 _FUSED_DTYPES = (torch.float32,)
 _UNSUPPORTED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
+TOEPLITZ_BIAS_KWARG = "tisa_toeplitz_bias"
+BLOCK_BIAS_BYTES = 64 * 2**20
+
+
+def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
+    """An additive float mask holding `bias` where attention is allowed; broadcast over the batch if no mask."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return torch.where(mask, bias, torch.finfo(bias.dtype).min)
+    return (mask + bias).to(bias.dtype)
+
+
+@dataclass(frozen=True)
+class ToeplitzBias:
+    """A layer's bias F[h, i, j] = values[h, j - i + n - 1], kept as its (heads, 2n-1) offset values."""
+
+    values: torch.Tensor
+    length: int
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """Rows start .. stop-1 of the bias: (1, heads, stop - start, n)."""
+        return toeplitz_from_offsets(self.values, self.length, start, stop).unsqueeze(0)
+
+
+def blockwise_biased_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    bias: ToeplitzBias,
+    dropout: float,
+    scale: float | None,
+) -> torch.Tensor:
+    """SDPA over blocks of query rows, each with its own rows of `bias` merged into `mask`: (B, H, n, d)."""
+    batch, heads, length = query.shape[0], query.shape[1], query.shape[2]
+    row_bytes = batch * heads * key.shape[2] * bias.values.element_size()
+    block = max(1, min(length, BLOCK_BIAS_BYTES // row_bytes))
+    outputs = []
+    for start in range(0, length, block):
+        stop = min(start + block, length)
+        block_mask = mask[..., start:stop, :] if mask is not None and mask.shape[-2] > 1 else mask
+        outputs.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, start:stop],
+                key,
+                value,
+                attn_mask=merge_bias(block_mask, bias.rows(start, stop)),
+                dropout_p=dropout,
+                scale=scale,
+            )
+        )
+    return torch.cat(outputs, dim=2)
 
 
 class TrainableBiasAttention(torch.autograd.Function):
@@ -81,6 +142,10 @@ def fused_bias_sdpa_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention, with `TrainableBiasAttention` where the mask needs a gradient on CPU."""
+    toeplitz_bias = kwargs.pop(TOEPLITZ_BIAS_KWARG, None)
+    if toeplitz_bias is not None:
+        output = blockwise_biased_sdpa(query, key, value, attention_mask, toeplitz_bias, dropout, scaling)
+        return output.transpose(1, 2).contiguous(), None
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
     if takes_fused_bias_path(query, key, attention_mask, dropout, causal) and not any(
         kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS
@@ -91,6 +156,10 @@ def fused_bias_sdpa_forward(
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
     )
+
+
+def fused_bias_sdpa_installed() -> bool:
+    return AttentionInterface._global_mapping.get("sdpa") is fused_bias_sdpa_forward
 
 
 def install_fused_bias_sdpa() -> None:
