@@ -78,8 +78,7 @@ class TisaPositionBias(nn.Module):
 
     def fits_cache(self, length: int, dtype: torch.dtype) -> bool:
         """Whether every layer's bias at `length` and `dtype` fits in `cache_limit_bytes` together."""
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return self.num_layers * self.num_heads * length * length * itemsize <= self.cache_limit_bytes
+        return self.num_layers * self.num_heads * length * length * dtype.itemsize <= self.cache_limit_bytes
 
     def offset_values(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
         """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`."""
