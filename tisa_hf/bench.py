@@ -248,10 +248,16 @@ def memory_worker(spec: str) -> int:
 
 
 def bench_models(
-    cases: list[tuple[ModelCase, ModelCase]], device: torch.device, warmup: int, repeats: int, memory: bool
-) -> list[dict]:
-    """Times each (without, with TISA) pair side by side, then measures each one's peak memory."""
-    rows = []
+    cases: list[tuple[ModelCase, ModelCase]],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    memory: bool,
+    rows: list[dict],
+    save: Callable[[], None],
+) -> None:
+    """Times each (without, with TISA) pair side by side, then measures each one's peak memory; appends a row to
+    `rows` and calls `save` after each pair."""
     for plain_case, tisa_case in cases:
         print(f"  {plain_case.label()} ...", file=sys.stderr, flush=True)
         plain = build_model(plain_case, reference_positions(plain_case))
@@ -267,7 +273,7 @@ def bench_models(
             row["baseline_mib"] = plain_memory["baseline_mib"]
             row["memory_ratio"] = tisa_memory["peak_mib"] / plain_memory["peak_mib"]
         rows.append(row)
-    return rows
+        save()
 
 
 def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tuple[ModelCase, ModelCase]]:
@@ -357,16 +363,21 @@ def main(argv: list[str] | None = None) -> int:
         return memory_worker(args.memory_worker)
     device = torch.device(args.device)
     results: dict = {"machine": machine_description(device), "settings": {k: v for k, v in vars(args).items()}}
+
+    def save() -> None:
+        with open(args.output, "w") as handle:
+            json.dump(results, handle, indent=2)
+
     if "bias" in args.sections:
         print("bias build ...", file=sys.stderr, flush=True)
         results["bias"] = bench_bias(device, args.bias_lengths, 12, args.warmup, max(args.repeats, 5))
+        save()
     for section in ("train", "infer", "replace"):
         if section in args.sections:
             print(f"{section} ...", file=sys.stderr, flush=True)
             cases = [pair for dtype in args.dtypes for pair in model_cases(args, section, dtype)]
-            results[section] = bench_models(cases, device, args.warmup, args.repeats, not args.no_memory)
+            results[section] = []
+            bench_models(cases, device, args.warmup, args.repeats, not args.no_memory, results[section], save)
     print(format_table(results))
-    with open(args.output, "w") as handle:
-        json.dump(results, handle, indent=2)
     print(f"\nwrote {args.output}", file=sys.stderr)
     return 0
