@@ -20,13 +20,14 @@ def kernel_values(
     return (amplitude[..., None, :] * torch.exp(-sharpness.abs()[..., None, :] * distance.square())).sum(-1)
 
 
-def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
+def toeplitz_from_offsets(values: torch.Tensor, length: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
     """Builds F[..., i, j] = values[..., j - i + length - 1] from the 2n-1 values f(-(n-1)) .. f(n-1).
 
-    One strided view and one copy: row r of `unfold` holds values[r : r + n], i.e. offsets r - n + 1 .. r,
-    and flipping the rows puts offset j - i at (i, j).
+    Rows `start <= i < stop` (all by default). One strided view and one copy: row r of `unfold` holds
+    values[r : r + n], i.e. offsets r - n + 1 .. r, and flipping the rows puts offset j - i at (i, j).
     """
-    return values.unfold(-1, length, 1).flip(-2)
+    stop = length if stop is None else stop
+    return values.unfold(-1, length, 1)[..., length - stop : length - start, :].flip(-2)
 
 
 class TisaPositionBias(nn.Module):
@@ -34,8 +35,11 @@ class TisaPositionBias(nn.Module):
 
     Whenever no gradient is needed (`torch.no_grad`, inference mode) each layer's bias is cached for the last
     length, dtype and device it was built for, and rebuilt once the parameters change (an optimizer step,
-    `load_state_dict`, `.to`).
+    `load_state_dict`, `.to`), as long as all layers' biases together fit in `cache_limit_bytes`; longer
+    inputs build the bias on every call instead.
     """
+
+    cache_limit_bytes: int = 256 * 2**20
 
     def __init__(self, num_layers: int, num_heads: int, num_kernels: int):
         super().__init__()
@@ -68,9 +72,22 @@ class TisaPositionBias(nn.Module):
             params = tuple(p[self._parameter_row(layer)] for p in params)
         return kernel_values(*params, offsets.to(self.amplitude.dtype))
 
+    def needs_grad(self) -> bool:
+        """Whether a bias built now would carry a gradient to the kernel parameters."""
+        return torch.is_grad_enabled() and self.amplitude.requires_grad
+
+    def fits_cache(self, length: int, dtype: torch.dtype) -> bool:
+        """Whether every layer's bias at `length` and `dtype` fits in `cache_limit_bytes` together."""
+        return self.num_layers * self.num_heads * length * length * dtype.itemsize <= self.cache_limit_bytes
+
+    def offset_values(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
+        """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`."""
+        offsets = torch.arange(1 - length, length, device=self.amplitude.device)
+        return self.scoring_function(offsets, layer).to(dtype)
+
     def forward(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
         """The (1, heads, length, length) bias of one layer, in `dtype`."""
-        if torch.is_grad_enabled() and self.amplitude.requires_grad:
+        if self.needs_grad() or not self.fits_cache(length, dtype):
             return self._build(layer, length, dtype)
         key = (
             length,
@@ -87,9 +104,7 @@ class TisaPositionBias(nn.Module):
         return bias
 
     def _build(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
-        offsets = torch.arange(1 - length, length, device=self.amplitude.device)
-        values = self.scoring_function(offsets, layer).to(dtype)
-        return toeplitz_from_offsets(values, length).unsqueeze(0)
+        return toeplitz_from_offsets(self.offset_values(layer, length, dtype), length).unsqueeze(0)
 
     def _parameter_row(self, layer: int) -> int:
         return 0 if self.num_layers == 1 else layer

@@ -9,6 +9,13 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .adapters import LAYER_INDEX_KWARG, AttentionSite, EncoderAdapter, find_base_model
+from .attention import (
+    TOEPLITZ_BIAS_KWARG,
+    ToeplitzBias,
+    fused_bias_sdpa_installed,
+    install_fused_bias_sdpa,
+    merge_bias,
+)
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
@@ -54,7 +61,11 @@ class TisaAttentionHook:
                 f"TISA adds a bias to the attention logits, which attn_implementation={implementation!r} cannot "
                 "take. Load the model with attn_implementation='sdpa' (or 'eager', 'flex_attention')."
             )
-        bias = self.bias(layer, hidden_states.shape[-2], attention_dtype(hidden_states))
+        length, dtype = hidden_states.shape[-2], attention_dtype(hidden_states)
+        if implementation == "sdpa" and self.passes_offset_values(length, dtype):
+            kwargs[TOEPLITZ_BIAS_KWARG] = ToeplitzBias(self.bias.offset_values(layer, length, dtype), length)
+            return args, kwargs
+        bias = self.bias(layer, length, dtype)
         if implementation == "flex_attention":
             kwargs["position_bias"] = bias.expand(hidden_states.shape[0], -1, -1, -1)
         elif len(args) > 1:
@@ -63,6 +74,10 @@ class TisaAttentionHook:
             kwargs["attention_mask"] = merge_bias(kwargs.get("attention_mask"), bias)
         return args, kwargs
 
+    def passes_offset_values(self, length: int, dtype: torch.dtype) -> bool:
+        """Long inputs without gradients: sdpa runs blockwise on the offset values, never storing (H, n, n)."""
+        return not self.bias.needs_grad() and not self.bias.fits_cache(length, dtype) and fused_bias_sdpa_installed()
+
 
 def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     """The dtype the attention logits will have: autocast's, where it is on."""
@@ -70,15 +85,6 @@ def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     if torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return hidden_states.dtype
-
-
-def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
-    """An additive float mask holding `bias` where attention is allowed; broadcast over the batch if no mask."""
-    if mask is None:
-        return bias
-    if mask.dtype == torch.bool:
-        return torch.where(mask, bias, torch.finfo(bias.dtype).min)
-    return (mask + bias).to(bias.dtype)
 
 
 class PositionIdsForReplaceMode:
@@ -137,6 +143,7 @@ def apply_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConfi
         max_length = embeddings.position_embeddings.num_embeddings - row_offset
         embeddings.register_forward_pre_hook(SequenceLengthCheck(max_length), with_kwargs=True)
     if config.num_kernels > 0:
+        install_fused_bias_sdpa()
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
         reference = embeddings.position_embeddings.weight
         bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels)

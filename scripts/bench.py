@@ -1,0 +1,5 @@
+import sys
+
+from tisa_hf.bench import main
+
+sys.exit(main())

@@ -1,0 +1,230 @@
+"""Correctness of every fast path: the vectorised bias, its eval-mode cache, the fused CPU bias-gradient
+attention, the blockwise long-input attention, autocast dtypes, and the benchmark's reference baseline."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, BertConfig, BertModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+import tisa_hf
+import tisa_hf.attention as attention
+from tisa_hf.bench import per_head_loop_bias
+from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
+
+HEADS, KERNELS = 3, 2
+
+
+def random_bias_module(num_layers: int = 2) -> TisaPositionBias:
+    module = TisaPositionBias(num_layers, HEADS, KERNELS)
+    module.reset_random(window=6, generator=torch.Generator().manual_seed(0))
+    return module
+
+
+def explicit_bias(module: TisaPositionBias, layer: int, length: int) -> torch.Tensor:
+    """F[h, i, j] = sum_s a exp(-|b| (j - i - c)^2), one element at a time."""
+    a, b, c = (p[layer].tolist() for p in (module.amplitude, module.sharpness, module.center))
+    bias = torch.empty(1, HEADS, length, length)
+    for h in range(HEADS):
+        for i in range(length):
+            for j in range(length):
+                bias[0, h, i, j] = sum(
+                    a[h][s] * math.exp(-abs(b[h][s]) * (j - i - c[h][s]) ** 2) for s in range(KERNELS)
+                )
+    return bias
+
+
+def tiny_bert(implementation: str, mode: str = "add", max_positions: int = 64) -> BertModel:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    config._attn_implementation = implementation
+    model = BertModel(config)
+    tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=3, mode=mode, init="random"))
+    return model
+
+
+def padded_batch(length: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, length // 2 :] = 0
+    return {"input_ids": torch.randint(1, 100, (2, length), generator=generator), "attention_mask": mask}
+
+
+class Spy:
+    """Wraps a function, recording each call's arguments."""
+
+    def __init__(self, function):
+        self.function = function
+        self.calls: list[tuple[tuple, dict]] = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.function(*args, **kwargs)
+
+
+def test_bias_equals_explicit_per_element_reference():
+    module = random_bias_module()
+    with torch.no_grad():
+        for layer in (0, 1):
+            torch.testing.assert_close(module(layer, 7, torch.float32), explicit_bias(module, layer, 7))
+
+
+def test_bias_rows_are_rows_of_the_full_bias():
+    values = torch.randn(HEADS, 2 * 9 - 1)
+    full = toeplitz_from_offsets(values, 9)
+    assert torch.equal(toeplitz_from_offsets(values, 9, 3, 7), full[:, 3:7])
+
+
+def test_benchmark_baseline_builds_the_same_bias():
+    module = random_bias_module()
+    with torch.no_grad():
+        expected = module(1, 11, torch.float32)
+        baseline = per_head_loop_bias(module.amplitude[1], module.sharpness[1], module.center[1], 11)
+    torch.testing.assert_close(baseline, expected)
+
+
+def test_cache_reuses_bias_without_grad_and_rebuilds_after_optimizer_step():
+    module = random_bias_module()
+    with torch.no_grad():
+        first = module(0, 8, torch.float32)
+        assert module(0, 8, torch.float32) is first
+        assert module(0, 9, torch.float32) is not first
+    loss = module(0, 8, torch.float32).square().sum()
+    loss.backward()
+    torch.optim.SGD(module.parameters(), lr=0.1).step()
+    with torch.no_grad():
+        after_step = module(0, 8, torch.float32)
+    assert after_step is not first
+    torch.testing.assert_close(after_step, explicit_bias(module, 0, 8))
+
+
+def test_cache_rebuilds_after_load_state_dict():
+    module = random_bias_module()
+    with torch.no_grad():
+        first = module(0, 8, torch.float32)
+    module.load_state_dict(random_bias_module().state_dict() | {"amplitude": torch.ones(2, HEADS, KERNELS)})
+    with torch.no_grad():
+        reloaded = module(0, 8, torch.float32)
+    assert reloaded is not first
+    torch.testing.assert_close(reloaded, explicit_bias(module, 0, 8))
+
+
+def test_training_builds_a_fresh_bias_with_gradient():
+    module = random_bias_module()
+    first, second = module(0, 8, torch.float32), module(0, 8, torch.float32)
+    assert first is not second and first.requires_grad
+
+
+def test_cache_skips_biases_beyond_its_limit():
+    module = random_bias_module()
+    module.cache_limit_bytes = 2 * HEADS * 8 * 8 * 4
+    with torch.no_grad():
+        small = module(0, 8, torch.float32)
+        assert module(0, 8, torch.float32) is small
+        large = module(0, 9, torch.float32)
+        assert module(0, 9, torch.float32) is not large
+
+
+@pytest.mark.parametrize("batch_of_bias", [1, 2])
+def test_trainable_bias_attention_matches_sdpa_math_path(batch_of_bias):
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(2, 4, 10, 8, generator=generator, requires_grad=True) for _ in range(3))
+    bias = torch.randn(batch_of_bias, 4, 10, 10, generator=generator, requires_grad=True)
+    grad_output = torch.randn(2, 4, 10, 8, generator=generator)
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=0.3)
+    expected_grads = torch.autograd.grad(expected, (query, key, value, bias), grad_output)
+    output = attention.TrainableBiasAttention.apply(query, key, value, bias, 0.3)
+    grads = torch.autograd.grad(output, (query, key, value, bias), grad_output)
+    torch.testing.assert_close(output, expected)
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_fused_route_is_taken_only_where_sdpa_would_leave_its_fused_kernel():
+    query = key = torch.zeros(1, 2, 4, 8)
+    trainable = torch.zeros(1, 2, 4, 4, requires_grad=True)
+    assert attention.takes_fused_bias_path(query, key, trainable, 0.0, False)
+    assert not attention.takes_fused_bias_path(query, key, trainable.detach(), 0.0, False)
+    assert not attention.takes_fused_bias_path(query, key, trainable, 0.1, False)
+    assert not attention.takes_fused_bias_path(query, key, trainable, 0.0, True)
+    assert not attention.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), trainable, 0.0, False)
+    with torch.no_grad():
+        assert not attention.takes_fused_bias_path(query, key, trainable, 0.0, False)
+
+
+def test_install_keeps_a_user_registered_sdpa():
+    attention.install_fused_bias_sdpa()
+    assert AttentionInterface._global_mapping["sdpa"] is attention.fused_bias_sdpa_forward
+    user_function = Spy(sdpa_attention_forward)
+    AttentionInterface.register("sdpa", user_function)
+    try:
+        attention.install_fused_bias_sdpa()
+        assert AttentionInterface._global_mapping["sdpa"] is user_function
+    finally:
+        AttentionInterface.register("sdpa", attention.fused_bias_sdpa_forward)
+
+
+def test_patched_sdpa_training_matches_eager_with_padding(monkeypatch):
+    spy = Spy(attention.TrainableBiasAttention.apply)
+    monkeypatch.setattr(attention.TrainableBiasAttention, "apply", spy)
+    results = {}
+    for implementation in ("sdpa", "eager"):
+        model = tiny_bert(implementation)
+        output = model(**padded_batch(12)).last_hidden_state
+        output.square().sum().backward()
+        query_weight = model.encoder.layer[0].attention.self.query.weight
+        results[implementation] = (output, model.tisa.amplitude.grad, model.tisa.center.grad, query_weight.grad)
+    assert len(spy.calls) == 2  # both sdpa layers took the fused route
+    for fused, eager in zip(results["sdpa"], results["eager"], strict=True):
+        torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_bias_is_broadcast_over_the_batch_without_padding(monkeypatch):
+    spy = Spy(sdpa_attention_forward)
+    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    model = tiny_bert("sdpa").eval()
+    with torch.no_grad():
+        model(input_ids=torch.randint(1, 100, (3, 10)))
+        cached = model.tisa(0, 10, torch.float32)
+    masks = [args[4] for args, _ in spy.calls]
+    assert [tuple(mask.shape) for mask in masks] == [(1, 4, 10, 10)] * 2
+    assert masks[0] is cached
+
+
+def test_blockwise_long_input_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(attention, "BLOCK_BIAS_BYTES", 2 * 4 * 100 * 4 * 7)  # blocks of 7 query rows
+    spy = Spy(attention.blockwise_biased_sdpa)
+    monkeypatch.setattr(attention, "blockwise_biased_sdpa", spy)
+    outputs = {}
+    for implementation in ("sdpa", "eager"):
+        model = tiny_bert(implementation, mode="replace").eval()
+        model.tisa.cache_limit_bytes = 0
+        with torch.no_grad():
+            outputs[implementation] = model(**padded_batch(100)).last_hidden_state  # beyond the 64 positions
+    assert len(spy.calls) == 2
+    torch.testing.assert_close(outputs["sdpa"], outputs["eager"], rtol=1e-4, atol=1e-5)
+
+
+def test_bias_follows_autocast_dtype(monkeypatch):
+    spy = Spy(sdpa_attention_forward)
+    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    model = tiny_bert("sdpa")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output = model(**padded_batch(12)).last_hidden_state
+    output.float().square().sum().backward()
+    dtypes = {(args[1].dtype, args[4].dtype) for args, _ in spy.calls}
+    assert dtypes == {(torch.bfloat16, torch.bfloat16)}
+    assert torch.isfinite(model.tisa.amplitude.grad).all()

@@ -1,0 +1,383 @@
+"""`tisa-hf bench`: speed and peak memory of TISA against plain attention, measured side by side in one run.
+
+Sections (all by default):
+- `bias`: building one layer's (H, n, n) bias, against a per-head loop with a SciPy Toeplitz index per call
+  (the way the TISA reference code builds it);
+- `train`: one training step (forward, backward, AdamW) of a BERT-base-shaped classifier, with and without TISA
+  mode="add", for each attention implementation and shape;
+- `infer`: the same models in eval mode under `torch.no_grad`;
+- `replace`: TISA mode="replace" inference beyond the 512-position table, against the unpatched model with its
+  position table enlarged to the same length.
+
+Times are medians over `--repeats` runs after `--warmup` runs, with the compared variants interleaved. Peak
+memory is measured per configuration in a fresh subprocess running two steps: on CUDA
+`torch.cuda.max_memory_allocated` (weights, optimizer state and activations); on CPU the peak resident set
+size of the steps (Linux VmHWM, reset after building the model, with glibc returning freed blocks to the OS),
+which includes the Python and library baseline and the weights; `baseline_mib` is the resident set before the
+first step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+from .config import TisaConfig
+from .kernels import TisaPositionBias, kernel_values
+from .patching import patch
+
+TISA_KERNELS = 5
+SECTIONS = ("bias", "train", "infer", "replace")
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """One model configuration whose time and memory the benchmark measures."""
+
+    section: str  # "train", "infer" or "replace"
+    implementation: str
+    batch: int
+    length: int
+    tisa: bool
+    dtype: str
+    device: str
+    dropout: float
+
+    def label(self) -> str:
+        return f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
+
+
+# --- bias build -------------------------------------------------------------------------------------------------
+
+
+def per_head_loop_bias(amplitude: torch.Tensor, sharpness: torch.Tensor, center: torch.Tensor, length: int):
+    """One layer's (1, H, n, n) bias built as the TISA reference code does: a Python loop over heads, each
+    evaluating f on all 2n-1 offsets and gathering them through a SciPy Toeplitz index built on every call."""
+    device = amplitude.device
+    index = scipy.linalg.toeplitz(np.arange(length - 1, -1, -1), np.arange(length - 1, 2 * length - 1))
+    index = torch.from_numpy(index).to(device)
+    offsets = torch.arange(1 - length, length, device=device, dtype=amplitude.dtype)
+    heads = []
+    for head in range(amplitude.shape[0]):
+        values = kernel_values(amplitude[head], sharpness[head], center[head], offsets)
+        heads.append(values[index])
+    return torch.stack(heads).unsqueeze(0)
+
+
+def bench_bias(device: torch.device, lengths: list[int], heads: int, warmup: int, repeats: int) -> list[dict]:
+    module = TisaPositionBias(1, heads, TISA_KERNELS).to(device)
+    module.reset_random(window=512, generator=torch.Generator().manual_seed(0))
+    params = (module.amplitude[0].detach(), module.sharpness[0].detach(), module.center[0].detach())
+    rows = []
+    for length in lengths:
+        variants = {
+            "loop": lambda length=length: per_head_loop_bias(*params, length),
+            # with gradients on, the module builds (never caches), so this times the build itself
+            "tisa": lambda length=length: module(0, length, torch.float32),
+            # the floor: allocating and filling a tensor of the same size
+            "fill": lambda length=length: torch.empty(1, heads, length, length, device=device).fill_(1.0),
+        }
+        times = time_interleaved(variants, device, warmup, repeats)
+        rows.append({"length": length, "heads": heads, **times, "speedup": times["loop"] / times["tisa"]})
+    return rows
+
+
+# --- models -----------------------------------------------------------------------------------------------------
+
+
+def bert_base_config(implementation: str, dropout: float, max_positions: int = 512) -> BertConfig:
+    config = BertConfig(
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        hidden_size=768,
+        intermediate_size=3072,
+        max_position_embeddings=max_positions,
+        attention_probs_dropout_prob=dropout,
+        num_labels=2,
+    )
+    config._attn_implementation = implementation
+    return config
+
+
+def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.Module:
+    """The model of a case, with weights fixed by the seed (so variants of one case share them)."""
+    torch.manual_seed(0)
+    if case.section == "replace":
+        model = BertModel(bert_base_config(case.implementation, case.dropout, max_positions or 512))
+        if case.tisa:
+            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="replace", init="random"))
+    else:
+        model = BertForSequenceClassification(bert_base_config(case.implementation, case.dropout))
+        if case.tisa:
+            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="add", init="random"))
+    model.to(case.device)
+    model.train(case.section == "train")
+    return model
+
+
+def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    batch = {
+        "input_ids": torch.randint(1000, 20000, (case.batch, case.length), generator=generator),
+        "attention_mask": torch.ones(case.batch, case.length, dtype=torch.long),
+    }
+    if case.section == "train":
+        batch["labels"] = torch.randint(0, 2, (case.batch,), generator=generator)
+    return {name: tensor.to(case.device) for name, tensor in batch.items()}
+
+
+def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]:
+    """One training step (forward, backward, AdamW) or one no-grad forward, under autocast for bf16."""
+    batch = make_batch(case)
+    device_type = torch.device(case.device).type
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=case.dtype == "bfloat16")
+    if case.section == "train":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def train_step() -> None:
+            with autocast:
+                loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return train_step
+
+    def inference_step() -> None:
+        with torch.no_grad(), autocast:
+            model(**batch)
+
+    return inference_step
+
+
+def reference_positions(case: ModelCase) -> int | None:
+    """The reference model of `replace` has its position table enlarged to the input length."""
+    return case.length if case.section == "replace" and not case.tisa else None
+
+
+# --- timing and memory ------------------------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_interleaved(
+    variants: dict[str, Callable[[], object]], device: torch.device, warmup: int, repeats: int
+) -> dict[str, float]:
+    """Median milliseconds of each variant; each round runs all of them, in alternating order."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for round_index in range(warmup + repeats):
+        for name in names if round_index % 2 == 0 else reversed(names):
+            synchronize(device)
+            start = time.perf_counter()
+            variants[name]()
+            synchronize(device)
+            if round_index >= warmup:
+                samples[name].append(1000 * (time.perf_counter() - start))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def peak_memory_of(case: ModelCase) -> dict[str, float]:
+    """Runs `case` for two steps in a fresh subprocess and returns its peak memory in MiB."""
+    spec = json.dumps(case.__dict__)
+    command = [sys.executable, "-m", "tisa_hf.cli", "bench", "--memory-worker", spec]
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    # a fixed mmap threshold makes glibc hand every large freed block back, so the resident set tracks live memory
+    environment = {**os.environ, "PYTHONPATH": python_path, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=environment)
+    if result.returncode != 0:
+        raise RuntimeError(f"Memory measurement of {case.label()} failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def resident_mib(field: str) -> float:
+    """VmRSS (current) or VmHWM (peak since the last reset) of this process, from /proc."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_resident_set() -> None:
+    """Returns freed heap memory to the OS and restarts VmHWM from the current resident set (Linux >= 4.0)."""
+    gc.collect()
+    ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def memory_worker(spec: str) -> int:
+    """Peak memory of two steps of one case: CUDA allocator peak, or on CPU the peak resident set of the steps."""
+    case = ModelCase(**json.loads(spec))
+    device = torch.device(case.device)
+    model = build_model(case, reference_positions(case))
+    step = step_function(case, model)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        baseline = torch.cuda.memory_allocated(device) / 2**20
+    else:
+        reset_peak_resident_set()
+        baseline = resident_mib("VmRSS")
+    for _ in range(2):
+        step()
+    synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else resident_mib("VmHWM")
+    print(json.dumps({"peak_mib": peak, "baseline_mib": baseline}))
+    return 0
+
+
+def bench_models(
+    cases: list[tuple[ModelCase, ModelCase]],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    memory: bool,
+    rows: list[dict],
+    save: Callable[[], None],
+) -> None:
+    """Times each (without, with TISA) pair side by side, then measures each one's peak memory; appends a row to
+    `rows` and calls `save` after each pair."""
+    for plain_case, tisa_case in cases:
+        print(f"  {plain_case.label()} ...", file=sys.stderr, flush=True)
+        plain = build_model(plain_case, reference_positions(plain_case))
+        tisa = build_model(tisa_case)
+        variants = {"plain": step_function(plain_case, plain), "tisa": step_function(tisa_case, tisa)}
+        times = time_interleaved(variants, device, warmup, repeats)
+        del plain, tisa, variants
+        row = {**{k: v for k, v in plain_case.__dict__.items() if k != "tisa"}, **times}
+        row["time_ratio"] = times["tisa"] / times["plain"]
+        if memory:
+            plain_memory, tisa_memory = peak_memory_of(plain_case), peak_memory_of(tisa_case)
+            row["plain_peak_mib"], row["tisa_peak_mib"] = plain_memory["peak_mib"], tisa_memory["peak_mib"]
+            row["baseline_mib"] = plain_memory["baseline_mib"]
+            row["memory_ratio"] = tisa_memory["peak_mib"] / plain_memory["peak_mib"]
+        rows.append(row)
+        save()
+
+
+def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tuple[ModelCase, ModelCase]]:
+    if section == "replace":
+        shapes = [(1, length) for length in args.replace_lengths]
+        implementations = ["sdpa"]
+    else:
+        shapes = [(8, 128), (2, 512)]
+        implementations = args.implementations
+    dropout = args.attention_dropout if section == "train" else 0.0
+    return [
+        tuple(
+            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout)
+            for tisa in (False, True)
+        )
+        for implementation in implementations
+        for batch, length in shapes
+    ]
+
+
+# --- report -----------------------------------------------------------------------------------------------------
+
+
+def format_table(results: dict) -> str:
+    lines = []
+    if results.get("bias"):
+        lines += [
+            "bias build, one layer (ms; fill = allocating and filling a tensor of that size)",
+            f"{'n':>6} {'loop':>10} {'tisa':>10} {'fill':>10} {'speedup':>9}",
+        ]
+        lines += [
+            f"{row['length']:>6} {row['loop']:>10.2f} {row['tisa']:>10.3f} {row['fill']:>10.3f} {row['speedup']:>8.1f}x"
+            for row in results["bias"]
+        ]
+    model_rows = [row for section in ("train", "infer", "replace") for row in results.get(section, [])]
+    if model_rows:
+        header = f"{'section':<8} {'attn':<6} {'shape':>8} {'dtype':<9} {'plain ms':>9} {'tisa ms':>9} {'ratio':>6}"
+        header += f" {'plain MiB':>10} {'tisa MiB':>9} {'ratio':>6}"
+        lines += ["", header]
+        for row in model_rows:
+            line = f"{row['section']:<8} {row['implementation']:<6} {row['batch']:>3}x{row['length']:<4} "
+            line += f"{row['dtype']:<9} {row['plain']:>9.1f} {row['tisa']:>9.1f} {row['time_ratio']:>6.3f}"
+            if "memory_ratio" in row:
+                line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def machine_description(device: torch.device) -> dict[str, str | int]:
+    description = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        description["gpu"] = torch.cuda.get_device_name(device)
+    return description
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tisa-hf bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--implementations", nargs="+", choices=("sdpa", "eager"), default=["sdpa", "eager"])
+    parser.add_argument(
+        "--dtypes", nargs="+", choices=("float32", "bfloat16"), help="default: float32, plus bfloat16 on CUDA"
+    )
+    parser.add_argument("--bias-lengths", nargs="+", type=int, default=[128, 512, 2048])
+    parser.add_argument("--replace-lengths", nargs="+", type=int, default=[1024, 2048, 4096])
+    parser.add_argument("--attention-dropout", type=float, default=0.1, help="attention dropout in training")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--output", default="bench.json", help="where the JSON results go")
+    parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.dtypes is None:
+        args.dtypes = ["float32", "bfloat16"] if torch.device(args.device).type == "cuda" else ["float32"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.memory_worker:
+        return memory_worker(args.memory_worker)
+    device = torch.device(args.device)
+    results: dict = {"machine": machine_description(device), "settings": {k: v for k, v in vars(args).items()}}
+
+    def save() -> None:
+        with open(args.output, "w") as handle:
+            json.dump(results, handle, indent=2)
+
+    if "bias" in args.sections:
+        print("bias build ...", file=sys.stderr, flush=True)
+        results["bias"] = bench_bias(device, args.bias_lengths, 12, args.warmup, max(args.repeats, 5))
+        save()
+    for section in ("train", "infer", "replace"):
+        if section in args.sections:
+            print(f"{section} ...", file=sys.stderr, flush=True)
+            cases = [pair for dtype in args.dtypes for pair in model_cases(args, section, dtype)]
+            results[section] = []
+            bench_models(cases, device, args.warmup, args.repeats, not args.no_memory, results[section], save)
+    print(format_table(results))
+    print(f"\nwrote {args.output}", file=sys.stderr)
+    return 0
