@@ -11,18 +11,18 @@ import json
 import time
 from pathlib import Path
 
-import matplotlib
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from .adapters import find_base_model
+from .analysis.plots import scoring_comparison_figure
+from .analysis.positional_attention import analyze_profiles
+from .analysis.scoring import compare_scoring_to_profiles
 from .config import TisaConfig
 from .counting import count_positional_parameters
-from .fitting import scoring_function_r2
 from .packaged import MINILM_ALIAS, resolve_model
-from .profiles import extract_positional_profiles
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
+from .patching import embeddings_length
+from .profiles import DEFAULT_PROFILE_LENGTH
 
 SENTENCES = [
     "The cat sat on the mat because it was warm.",
@@ -30,37 +30,14 @@ SENTENCES = [
 ]
 
 
-def plot_profiles_and_kernels(model, path: Path, window: int) -> float:
-    """Grid of every layer and head: the Toeplitz profile of F̂_P and the fitted f(k), both shifted to mean 0.
-
-    Returns the mean fit R² over heads.
-    """
-    profiles = extract_positional_profiles(model)
-    length = profiles.length
-    offsets = torch.arange(-window, window + 1)
-    profile = profiles.toeplitz.profile[..., length - 1 - window : length + window].float()
-    fitted = model.base_model.tisa.scoring_function(offsets.float()).detach()
-    layers, heads = profile.shape[:2]
-    figure, axes = plt.subplots(layers, heads, figsize=(1.6 * heads, 1.3 * layers), sharex=True, squeeze=False)
-    for layer in range(layers):
-        for head in range(heads):
-            axis = axes[layer, head]
-            axis.plot(offsets, profile[layer, head] - profile[layer, head].mean(), lw=0.8, label="F̂_P profile")
-            axis.plot(offsets, fitted[layer, head] - fitted[layer, head].mean(), lw=0.8, label="TISA f(k)")
-            axis.tick_params(labelsize=5)
-            if layer == 0:
-                axis.set_title(f"head {head + 1}", fontsize=7)
-            if head == 0:
-                axis.set_ylabel(f"layer {layer + 1}\nlogit", fontsize=7)
-            if layer == layers - 1:
-                axis.set_xlabel("offset j - i (tokens)", fontsize=6)
-    axes[0, 0].legend(fontsize=5)
-    figure.suptitle("Positional profiles F̂_P (mean of each diagonal) and fitted TISA scoring functions")
-    figure.tight_layout()
+def plot_profiles_and_kernels(model, path: Path) -> float:
+    """Saves every head's fitted f(k) over its F̂_P profile; returns the mean fit R² over heads."""
+    base, adapter = find_base_model(model)
+    profiles = analyze_profiles(model, min(DEFAULT_PROFILE_LENGTH, embeddings_length(base, adapter)))
+    scoring = compare_scoring_to_profiles(model, profiles)
+    figure = scoring_comparison_figure(scoring)
     figure.savefig(path, dpi=120)
-    plt.close(figure)
-    weights = (length - offsets.abs()).double()
-    return scoring_function_r2(profile, fitted, weights).mean().item()
+    return scoring.r2.mean().item()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Positional parameters: TISA {counts.tisa:,}, position embeddings {counts.position_embeddings:,}")
 
     figure = out / "tisa_profiles.png"
-    mean_r2 = plot_profiles_and_kernels(model, figure, tisa.fit_window)
+    mean_r2 = plot_profiles_and_kernels(model, figure)
     print(f"Mean fit R² over heads: {mean_r2:.3f}; plot: {figure}")
 
     tokenizer = AutoTokenizer.from_pretrained(path)

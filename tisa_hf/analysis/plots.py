@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .pipeline import AnalysisResult
+from .scoring import ScoringComparison
 
 HEATMAP_PIXELS = 128
 PANEL_SIZE = (1.7, 1.5)
@@ -117,9 +118,11 @@ def profile_sections_figure(result: AnalysisResult) -> Figure:
 
 
 def scoring_figure(result: AnalysisResult) -> Figure | None:
-    scoring = result.scoring
-    if scoring is None:
-        return None
+    return scoring_comparison_figure(result.scoring) if result.scoring is not None else None
+
+
+def scoring_comparison_figure(scoring: ScoringComparison) -> Figure:
+    """f(k) of every layer and head over the F̂_P profile it was fitted to, with the fit R²."""
     figure, axes = _panel_grid(
         len(scoring.layers),
         scoring.scoring.shape[1],

@@ -9,6 +9,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..adapters import find_base_model
+from ..fitting import scoring_function_r2
 from ..patching import tisa_bias_module, tisa_config_of
 from .positional_attention import ProfileAnalysis
 
@@ -50,12 +51,8 @@ def compare_scoring_to_profiles(model: PreTrainedModel, profiles: ProfileAnalysi
         layers = profiles.layers
         scoring = scoring[layers]
     weights = (length - offsets.abs()).double()
-    shift = (weights * (profile - scoring)).sum(-1, keepdim=True) / weights.sum()
-    scoring = scoring + shift
-    mean = (weights * profile).sum(-1, keepdim=True) / weights.sum()
-    residual = (weights * (profile - scoring).square()).sum(-1)
-    total = (weights * (profile - mean).square()).sum(-1)
-    r2 = torch.where(total > 0, 1 - residual / total.clamp_min(1e-300), 1.0)
+    r2 = scoring_function_r2(profile, scoring, weights)
+    scoring = scoring + (weights * (profile - scoring)).sum(-1, keepdim=True) / weights.sum()
     return ScoringComparison(
         layers=layers,
         offsets=offsets,
