@@ -32,8 +32,18 @@ def runs(tmp_path):
 
 def test_medians_seed_counts_and_gains(runs):
     variants = score_table(collect(runs))["albert-base-v2"]
-    assert variants["baseline"]["RTE"] == {"median": pytest.approx(65.0), "seeds": 3}
-    assert variants["TISA S=1 (add)"]["RTE"] == {"median": pytest.approx(67.0), "seeds": 2}
+    assert variants["baseline"]["RTE"] == {
+        "median": pytest.approx(65.0),
+        "min": pytest.approx(60.0),
+        "max": pytest.approx(70.0),
+        "seeds": 3,
+    }
+    assert variants["TISA S=1 (add)"]["RTE"] == {
+        "median": pytest.approx(67.0),
+        "min": pytest.approx(66.0),
+        "max": pytest.approx(68.0),
+        "seeds": 2,
+    }
     # Best TISA (S > 0) is S=5 at 72; the bag-of-words 80 is not a TISA model. Δ% = 7 / (100 - 65) · 100.
     assert gains(variants, "RTE") == (pytest.approx(7.0), pytest.approx(20.0))
     assert gains(variants, "MNLI-m") == (pytest.approx(2.0), pytest.approx(10.0))  # 2 / 20
@@ -61,6 +71,22 @@ def test_command_writes_the_table_and_picks_metrics(runs, tmp_path):
     out = tmp_path / "table.md"
     assert main([str(runs), "--out", str(out), "--metric", "mrpc=f1"]) == 0
     assert "| baseline | 90.0 (1) | 80.0 (1) | 81.0 (1) | 65.0 (3) |" in out.read_text()  # MRPC column first
+
+
+def test_spread_shows_min_and_max_over_seeds(runs, capsys):
+    assert main([str(runs), "--spread"]) == 0
+    text = capsys.readouterr().out
+    assert "| baseline | 80.0 [80.0, 80.0] (1) | 81.0 [81.0, 81.0] (1) | 65.0 [60.0, 70.0] (3) |" in text
+    assert "median dev score over seeds [min, max] (number of seeds)" in text
+
+
+def test_mode_keeps_the_baseline_and_that_mode(runs, capsys):
+    assert main([str(runs), "--mode", "replace"]) == 0
+    rows = [line.split(" |")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[1:] == ["| baseline", "| S=0 (bag of words)", "| Δ", "| Δ%"]
+    assert main([str(runs), "--mode", "add"]) == 0
+    rows = [line.split(" |")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[1:] == ["| baseline", "| TISA S=1 (add)", "| TISA S=5 (add)", "| Δ", "| Δ%"]
 
 
 def test_no_runs_is_an_error(tmp_path, capsys):

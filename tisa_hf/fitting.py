@@ -59,10 +59,15 @@ def fit_kernels(
     flat_target = target[:, None].expand(-1, num_starts, -1).reshape(problems * num_starts, -1)
     linear = _solve_linear(nonlinear.reshape(problems * num_starts, -1), flat_target, offsets, weights)
     params = torch.cat([linear[:, :num_kernels], nonlinear.reshape(problems * num_starts, -1), linear[:, -1:]], -1)
-    params, cost = _levenberg_marquardt(params, flat_target, offsets, weights, num_kernels, iterations)
-
-    best = cost.reshape(problems, num_starts).argmin(1)
-    params = params.reshape(problems, num_starts, -1)[torch.arange(problems), best]
+    damping = torch.full((params.shape[0],), 1e-2, dtype=params.dtype)
+    for stage_iterations, survivors in _schedule(iterations, num_starts):
+        params, cost, damping = _levenberg_marquardt(
+            params, flat_target, offsets, weights, num_kernels, stage_iterations, damping
+        )
+        keep = cost.reshape(problems, -1).argsort(1)[:, :survivors]
+        rows = (torch.arange(problems)[:, None] * (params.shape[0] // problems) + keep).reshape(-1)
+        params, cost, damping, flat_target = params[rows], cost[rows], damping[rows], flat_target[rows]
+    params = params.reshape(problems, -1)
     amplitude, log_sharpness, center, constant = _split(params, num_kernels)
     kernels_only = torch.cat([amplitude, log_sharpness, center, torch.zeros_like(constant)], -1)
     r2 = scoring_function_r2(target, _model(kernels_only, offsets, num_kernels), weights)
@@ -118,10 +123,16 @@ def _solve_linear(nonlinear: torch.Tensor, target: torch.Tensor, offsets: torch.
     return torch.linalg.solve(gram + ridge, rhs)[..., 0]
 
 
-def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iterations):
+def _schedule(iterations: int, num_starts: int) -> list[tuple[int, int]]:
+    """(iterations, starts kept afterwards) per stage: all starts for a fifth of the iterations, then the best
+    quarter for another fifth, then the single best start for the rest (successive halving)."""
+    first = max(1, iterations // 5)
+    return [(first, max(1, num_starts // 4)), (first, 1), (max(0, iterations - 2 * first), 1)]
+
+
+def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iterations, damping):
     """Batched Levenberg-Marquardt with Marquardt's diagonal scaling; one kernel evaluation per iteration."""
     root = weights.sqrt()
-    damping = torch.full((params.shape[0],), 1e-2, dtype=params.dtype)
     bumps, model = _evaluate(params, offsets, num_kernels)
     residual = root * (model - target)
     cost = residual.square().sum(-1)
@@ -142,7 +153,7 @@ def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iteratio
         residual = torch.where(better[:, None], candidate_residual, residual)
         cost = torch.where(better, candidate_cost, cost)
         damping = torch.where(better, damping / 3, damping * 4).clamp(1e-9, 1e9)
-    return params, cost
+    return params, cost, damping
 
 
 def _clamped(params: torch.Tensor, num_kernels: int) -> torch.Tensor:

@@ -47,17 +47,19 @@ def _variant_order(label: str) -> tuple:
     return (1, label)
 
 
-def collect(runs_dir: str | Path) -> list[dict[str, Any]]:
+def collect(runs_dir: str | Path, mode: str | None = None) -> list[dict[str, Any]]:
+    """Every run's metrics.json under `runs_dir`; with `mode`, only the baselines and the TISA runs of that mode."""
     paths = sorted(Path(runs_dir).rglob("metrics.json"))
     if not paths:
         raise ValueError(f"No metrics.json under {runs_dir}; point report at the folder holding the runs.")
-    return [json.loads(path.read_text()) for path in paths]
+    results = [json.loads(path.read_text()) for path in paths]
+    return [result for result in results if mode is None or not result["tisa"] or result["tisa"]["mode"] == mode]
 
 
 def score_table(
     results: list[dict[str, Any]], columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS
 ) -> dict[str, dict[str, dict[str, dict[str, float | int]]]]:
-    """{model: {variant: {column: {"median": score (0-100), "seeds": n}}}}."""
+    """{model: {variant: {column: {"median", "min", "max": score (0-100), "seeds": n}}}}."""
     scores: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for result in results:
         for column, task, split, metric in columns:
@@ -66,7 +68,12 @@ def score_table(
                 scores[(result["model"], variant_label(result["tisa"]), column)].append(100.0 * value)
     table: dict[str, dict[str, dict[str, dict[str, float | int]]]] = defaultdict(lambda: defaultdict(dict))
     for (model, variant, column), values in scores.items():
-        table[model][variant][column] = {"median": statistics.median(values), "seeds": len(values)}
+        table[model][variant][column] = {
+            "median": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+            "seeds": len(values),
+        }
     return table
 
 
@@ -83,21 +90,31 @@ def gains(variants: dict[str, dict[str, dict[str, float | int]]], column: str) -
     return delta, (100.0 * delta / error if error else float("nan"))
 
 
-def render(table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS) -> str:
+def _cell(cell: dict[str, float | int], spread: bool) -> str:
+    text = f"{cell['median']:.1f}"
+    if spread:
+        text += f" [{cell['min']:.1f}, {cell['max']:.1f}]"
+    return f"{text} ({cell['seeds']})"
+
+
+def render(
+    table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS, spread: bool = False
+) -> str:
     blocks = []
     for model, variants in table.items():
         used = [column for column, *_ in columns if any(column in cells for cells in variants.values())]
         lines = [f"### {model}", "", "| | " + " | ".join(used) + " |", "|---" * (len(used) + 1) + "|"]
         for label in sorted(variants, key=_variant_order):
             cells = variants[label]
-            row = [f"{cells[c]['median']:.1f} ({cells[c]['seeds']})" if c in cells else "" for c in used]
+            row = [_cell(cells[c], spread) if c in cells else "" for c in used]
             lines.append(f"| {label} | " + " | ".join(row) + " |")
         column_gains = [gains(variants, column) for column in used]
         lines.append("| Δ | " + " | ".join(f"{g[0]:+.1f}" if g else "" for g in column_gains) + " |")
         lines.append("| Δ% | " + " | ".join(f"{g[1]:+.1f}" if g else "" for g in column_gains) + " |")
         blocks.append("\n".join(lines))
     note = (
-        "Cells: median dev score over seeds (number of seeds). Δ: best TISA minus baseline, in points. "
+        f"Cells: median dev score over seeds{' [min, max]' if spread else ''} (number of seeds). "
+        "Δ: best TISA minus baseline, in points. "
         "Δ%: relative error reduction, Δ / (100 - baseline) x 100."
     )
     return "\n\n".join(blocks) + "\n\n" + note + "\n"
@@ -119,10 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs_dir", help="Folder searched (recursively) for metrics.json files.")
     parser.add_argument("--out", help="Write the Markdown table here (it is printed either way).")
     parser.add_argument("--metric", action="append", default=[], help="TASK=METRIC, e.g. mrpc=f1 (repeatable).")
+    parser.add_argument("--spread", action="store_true", help="Show each cell's [min, max] over seeds too.")
+    parser.add_argument(
+        "--mode", choices=("add", "replace"), help="Only the baselines and the TISA runs of this mode (table 3a / 3b)."
+    )
     options = parser.parse_args(argv)
     try:
         columns = parse_metric_overrides(options.metric)
-        text = render(score_table(collect(options.runs_dir), columns), columns)
+        text = render(score_table(collect(options.runs_dir, options.mode), columns), columns, spread=options.spread)
     except ValueError as error:
         print(f"tisa-hf report: {error}", file=sys.stderr)
         return 2
