@@ -97,9 +97,7 @@ def _cell(cell: dict[str, float | int], spread: bool) -> str:
     return f"{text} ({cell['seeds']})"
 
 
-def render(
-    table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS, spread: bool = False
-) -> str:
+def render(table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS, spread: bool = False) -> str:
     blocks = []
     for model, variants in table.items():
         used = [column for column, *_ in columns if any(column in cells for cells in variants.values())]
