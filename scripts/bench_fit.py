@@ -18,52 +18,72 @@ from scipy.optimize import least_squares
 from transformers import AutoModel
 
 import tisa_hf
+from tisa_hf.fitting import AMPLITUDE_RIDGE, MAX_SHARPNESS, scoring_function_r2
 
 
 def scipy_best_r2(profile: np.ndarray, num_kernels: int, window: int, starts: int, rng: np.random.Generator) -> float:
-    """Best weighted R² of g(k) = sum a exp(-b (k - c)^2) + d over random starts, by scipy's least_squares."""
+    """Best weighted R² of g(k) = sum a exp(-b (k - c)^2) (+ a free constant) over random starts, by scipy's
+    least_squares on the problem `tisa_hf.fit_kernels` solves: the same weights, amplitude ridge and bounds."""
     length = (profile.shape[0] + 1) // 2
     offsets = np.arange(-window, window + 1, dtype=float)
     target = profile[length - 1 - window : length + window]
     weights = (length - np.abs(offsets)) / length
     root = np.sqrt(weights)
+    ridge = np.sqrt(AMPLITUDE_RIDGE * weights.sum())
+
+    def split(theta: np.ndarray) -> tuple[np.ndarray, ...]:
+        return theta[:num_kernels], theta[num_kernels : 2 * num_kernels], theta[2 * num_kernels : -1], theta[-1]
 
     def residual(theta: np.ndarray) -> np.ndarray:
-        a, log_b, c, d = (
-            theta[:num_kernels],
-            theta[num_kernels : 2 * num_kernels],
-            theta[2 * num_kernels : -1],
-            theta[-1],
-        )
+        a, log_b, c, d = split(theta)
         bumps = np.exp(-np.exp(log_b)[:, None] * (offsets[None] - c[:, None]) ** 2)
-        return root * (a @ bumps + d - target)
+        return np.concatenate([root * (a @ bumps + d - target), ridge * a])
+
+    def jacobian(theta: np.ndarray) -> np.ndarray:
+        a, log_b, c, _ = split(theta)
+        sharpness = np.exp(log_b)[:, None]
+        distance = offsets[None] - c[:, None]
+        bumps = np.exp(-sharpness * distance**2)
+        scaled = a[:, None] * sharpness * bumps
+        misfit = (root * np.vstack([bumps, -scaled * distance**2, 2 * scaled * distance, np.ones_like(offsets)])).T
+        penalty = np.zeros((num_kernels, theta.size))
+        penalty[:, :num_kernels] = ridge * np.eye(num_kernels)
+        return np.vstack([misfit, penalty])
 
     lower = np.concatenate(
         [
             np.full(num_kernels, -np.inf),
-            np.full(num_kernels, np.log(1e-7)),
-            np.full(num_kernels, -2.0 * window),
+            np.full(num_kernels, -2 * np.log(window)),
+            np.full(num_kernels, -float(window)),
             [-np.inf],
         ]
     )
     upper = np.concatenate(
-        [np.full(num_kernels, np.inf), np.full(num_kernels, np.log(50.0)), np.full(num_kernels, 2.0 * window), [np.inf]]
+        [
+            np.full(num_kernels, np.inf),
+            np.full(num_kernels, np.log(MAX_SHARPNESS)),
+            np.full(num_kernels, float(window)),
+            [np.inf],
+        ]
     )
     bounds = (lower, upper)
-    best = np.inf
+    best_cost, best_theta = np.inf, None
     for _ in range(starts):
         theta = np.concatenate(
             [
                 rng.normal(0, target.std() + 1e-9, num_kernels),
-                -2 * rng.uniform(0, np.log(window + 1), num_kernels),
+                -2 * rng.uniform(0, np.log(window), num_kernels),
                 rng.uniform(-window, window, num_kernels),
                 [target.mean()],
             ]
         )
-        result = least_squares(residual, theta, bounds=bounds, method="trf", max_nfev=2000)
-        best = min(best, float(np.sum(result.fun**2)))
-    mean = np.sum(weights * target) / weights.sum()
-    return 1 - best / float(np.sum(weights * (target - mean) ** 2))
+        result = least_squares(residual, theta, jac=jacobian, bounds=bounds, method="trf", max_nfev=2000)
+        if result.cost < best_cost:
+            best_cost, best_theta = result.cost, result.x
+    a, log_b, c, _ = split(best_theta)
+    kernels = a @ np.exp(-np.exp(log_b)[:, None] * (offsets[None] - c[:, None]) ** 2)
+    r2 = scoring_function_r2(torch.from_numpy(target), torch.from_numpy(kernels), torch.from_numpy(weights))
+    return float(r2)
 
 
 def main() -> None:

@@ -52,6 +52,22 @@ def test_fitted_kernels_follow_the_profiles(fitted):
     assert r2.median() > 0.9
 
 
+def test_fitted_kernels_are_bounded_and_stay_flat_past_the_window(fitted):
+    """No pairs of huge cancelling kernels: f stays on the profile's scale at every offset of the 512 positions."""
+    window = tisa_hf.tisa_config_of(fitted).fit_window
+    bias = fitted.base_model.tisa
+    assert bias.sharpness.detach().abs().min() >= 1 / window**2 - 1e-9  # kernels at most W wide
+    assert bias.center.detach().abs().max() <= window + 1e-4
+    profiles = tisa_hf.extract_positional_profiles(fitted)
+    length = profiles.length
+    inside = profiles.toeplitz.profile[..., length - 1 - window : length + window]
+    spread = inside.amax(-1) - inside.amin(-1)
+    assert (bias.amplitude.detach().abs().sum(-1) <= 5 * spread).all()
+    values = bias.scoring_function(torch.arange(1 - length, length).float()).detach()
+    centred = values - values[..., length - 1 - window : length + window].mean(-1, keepdim=True)
+    assert (centred.abs().amax(-1) <= 2 * spread).all()
+
+
 def test_save_reload_gives_identical_logits_without_refit(fitted, minilm, tmp_path, monkeypatch):
     fitted.save_pretrained(tmp_path)
     monkeypatch.setattr(patching, "fit_kernels", lambda *a, **k: pytest.fail("refitted"))

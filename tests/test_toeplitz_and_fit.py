@@ -64,6 +64,21 @@ def test_fit_recovers_known_kernels():
     torch.testing.assert_close(fitted, profiles[:, 24:-24] - 0.7, atol=2e-2, rtol=0)
 
 
+def test_fit_keeps_every_kernel_inside_the_window_and_at_most_its_width():
+    profiles = torch.randn(8, 81, generator=torch.Generator().manual_seed(0)).cumsum(-1)
+    fit = tisa_hf.fit_kernels(profiles, 3, window=20, restarts=4)
+    assert fit.sharpness.min() >= 1 / 20**2 * (1 - 1e-5)
+    assert fit.center.abs().max() <= 20 * (1 + 1e-6)
+
+
+def test_amplitude_ridge_trades_a_little_r2_for_smaller_kernels():
+    profiles = torch.randn(8, 81, generator=torch.Generator().manual_seed(1)).cumsum(-1)
+    free = tisa_hf.fit_kernels(profiles, 3, window=20, restarts=4, ridge=0.0)
+    strong = tisa_hf.fit_kernels(profiles, 3, window=20, restarts=4, ridge=1.0)
+    assert strong.amplitude.abs().sum() < free.amplitude.abs().sum()
+    assert (strong.r2 <= free.r2 + 1e-3).all()
+
+
 def test_fit_r2_is_the_weighted_r2_of_the_returned_kernels():
     profiles = torch.randn(3, 41).cumsum(-1)
     fit = tisa_hf.fit_kernels(profiles, 3, window=12, restarts=2)

@@ -23,7 +23,7 @@ class TisaConfig:
         share_across_layers: one scoring function per head, shared by every layer.
         fit_window: largest |j - i| the fit looks at (None: every offset of the profile).
         profile_length: positions used to extract the profiles (None: the whole position table, at most 512).
-        fit_restarts: random restarts per head, on top of the peak-seeded start.
+        fit_restarts: random starts per head, on top of the 9 peak-seeded ones.
     """
 
     num_kernels: int = 5
@@ -32,7 +32,7 @@ class TisaConfig:
     share_across_layers: bool = False
     fit_window: int | None = 64
     profile_length: int | None = None
-    fit_restarts: int = 24
+    fit_restarts: int = 16
 
     def __post_init__(self) -> None:
         if isinstance(self.num_kernels, bool) or not isinstance(self.num_kernels, int) or self.num_kernels < 0:

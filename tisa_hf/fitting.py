@@ -1,20 +1,27 @@
 """Fitting TISA kernels to Toeplitz profiles by weighted least squares.
 
 Every profile (all layers and heads, times every start) is one small problem: fit
-`g(k) = sum_s a_s exp(-b_s (k - c_s)^2) + d` to p(k) with weights n - |k| for |k| <= window. They are solved
-together by a batched Levenberg-Marquardt written here, since no library solves thousands of tiny
-nonlinear least-squares problems at once on a tensor backend; `scipy.optimize.least_squares` does one at a
-time and serves as the reference in the benchmark. The constant d is dropped afterwards (softmax ignores it).
+`g(k) = sum_s a_s exp(-b_s (k - c_s)^2) + d` to p(k) with weights n - |k| for |k| <= W (the window), plus a
+small ridge penalty on the amplitudes, with every kernel's width at most W (b_s >= 1 / W^2) and its centre
+inside the window (|c_s| <= W). Without those limits the best fits often pair kernels of huge opposite
+amplitudes and near-zero b that cancel inside the window: f then grows without bound past it, and fine-tuning,
+which moves b by a relative amount, breaks the cancellation. The problems are solved together by a batched
+Levenberg-Marquardt written here, since no library solves thousands of tiny bounded nonlinear least-squares
+problems at once on a tensor backend; `scipy.optimize.least_squares` does one at a time and serves as the
+reference in the benchmark. The constant d is dropped afterwards (softmax ignores it).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-MIN_SHARPNESS = 1e-7
 MAX_SHARPNESS = 50.0
+# Penalty on the amplitudes, lambda * sum_s a_s^2 with lambda = AMPLITUDE_RIDGE * sum of the weights: a kernel as
+# tall as the profile's spread costs about 1e-4 of R², one a hundred times taller costs all of it.
+AMPLITUDE_RIDGE = 1e-4
 
 
 @dataclass
@@ -28,49 +35,71 @@ class KernelFit:
     r2: torch.Tensor
 
 
+@dataclass(frozen=True)
+class _Problem:
+    """What all profiles share: offsets k, their weights, the window W, S and the ridge weight lambda."""
+
+    offsets: torch.Tensor
+    weights: torch.Tensor
+    window: int
+    num_kernels: int
+    ridge: float
+
+    @property
+    def min_log_sharpness(self) -> float:
+        return -2 * math.log(self.window)
+
+    @property
+    def max_log_sharpness(self) -> float:
+        return math.log(MAX_SHARPNESS)
+
+
 def fit_kernels(
     profiles: torch.Tensor,
     num_kernels: int,
     window: int | None = None,
-    restarts: int = 24,
+    restarts: int = 16,
     iterations: int = 150,
     seed: int = 0,
+    ridge: float = AMPLITUDE_RIDGE,
 ) -> KernelFit:
     """Fits S kernels plus a constant to each profile of shape (..., 2n-1) (offsets -(n-1) .. n-1).
 
-    Starts: one seeded at the largest peaks of the profile, plus `restarts` random ones; the best wins.
+    Starts: one seeded at the largest peaks of the profile, plus `restarts` random ones; all are iterated for a
+    fifth of `iterations`, the best quarter of them for another fifth, and the best one to the end.
     """
     if num_kernels < 1:
         raise ValueError(f"fit_kernels needs num_kernels >= 1, got {num_kernels}.")
-    if profiles.shape[-1] % 2 == 0:
-        raise ValueError(f"Profiles must hold 2n-1 values (offsets -(n-1)..n-1); got {profiles.shape[-1]}.")
+    if profiles.shape[-1] % 2 == 0 or profiles.shape[-1] < 3:
+        raise ValueError(f"Profiles must hold 2n-1 >= 3 values (offsets -(n-1)..n-1); got {profiles.shape[-1]}.")
     batch_shape = profiles.shape[:-1]
     length = (profiles.shape[-1] + 1) // 2
     window = min(window or length - 1, length - 1)
     offsets = torch.arange(-window, window + 1, dtype=torch.float64)
-    target = profiles.to(torch.float64).reshape(-1, 2 * length - 1)[:, length - 1 - window : length + window]
     weights = (length - offsets.abs()) / length
+    problem = _Problem(offsets, weights, window, num_kernels, ridge * weights.sum().item())
+    target = profiles.to(torch.float64).reshape(-1, 2 * length - 1)[:, length - 1 - window : length + window]
 
     generator = torch.Generator().manual_seed(seed)
-    starts = [_peak_seeded_start(target, offsets, num_kernels)]
+    starts = _peak_seeded_starts(target, offsets, num_kernels)
     starts += [_random_start(target, offsets, num_kernels, window, generator) for _ in range(restarts)]
-    nonlinear = torch.stack(starts, 1)  # (problems, starts, 2S): log b, c
+    nonlinear = _clamped_nonlinear(torch.stack(starts, 1), problem)  # (problems, starts, 2S): log b, c
     problems, num_starts = nonlinear.shape[:2]
+    nonlinear = nonlinear.reshape(problems * num_starts, -1)
     flat_target = target[:, None].expand(-1, num_starts, -1).reshape(problems * num_starts, -1)
-    linear = _solve_linear(nonlinear.reshape(problems * num_starts, -1), flat_target, offsets, weights)
-    params = torch.cat([linear[:, :num_kernels], nonlinear.reshape(problems * num_starts, -1), linear[:, -1:]], -1)
+    linear = _solve_linear(nonlinear, flat_target, problem)
+    params = torch.cat([linear[:, :num_kernels], nonlinear, linear[:, -1:]], -1)
     damping = torch.full((params.shape[0],), 1e-2, dtype=params.dtype)
     for stage_iterations, survivors in _schedule(iterations, num_starts):
-        params, cost, damping = _levenberg_marquardt(
-            params, flat_target, offsets, weights, num_kernels, stage_iterations, damping
-        )
+        params, cost, damping = _levenberg_marquardt(params, flat_target, problem, stage_iterations, damping)
         keep = cost.reshape(problems, -1).argsort(1)[:, :survivors]
         rows = (torch.arange(problems)[:, None] * (params.shape[0] // problems) + keep).reshape(-1)
         params, cost, damping, flat_target = params[rows], cost[rows], damping[rows], flat_target[rows]
-    params = params.reshape(problems, -1)
+    best = cost.reshape(problems, -1).argmin(1)
+    params = params.reshape(problems, -1, params.shape[-1])[torch.arange(problems), best]
     amplitude, log_sharpness, center, constant = _split(params, num_kernels)
     kernels_only = torch.cat([amplitude, log_sharpness, center, torch.zeros_like(constant)], -1)
-    r2 = scoring_function_r2(target, _model(kernels_only, offsets, num_kernels), weights)
+    r2 = scoring_function_r2(target, _evaluate(kernels_only, problem)[1], weights)
 
     def shaped(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(*batch_shape, *x.shape[1:]).float()
@@ -88,39 +117,45 @@ def _split(params: torch.Tensor, num_kernels: int):
     return params.split([num_kernels] * 3 + [1], -1)
 
 
-def _evaluate(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _evaluate(params: torch.Tensor, problem: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernels' values exp(-b (k - c)^2), (problems, S, K), and the model g(k), (problems, K)."""
-    amplitude, log_sharpness, center, constant = _split(params, num_kernels)
-    bumps = torch.exp(-log_sharpness.exp()[..., None] * (offsets - center[..., None]).square())
+    amplitude, log_sharpness, center, constant = _split(params, problem.num_kernels)
+    bumps = torch.exp(-log_sharpness.exp()[..., None] * (problem.offsets - center[..., None]).square())
     return bumps, (amplitude[..., None] * bumps).sum(-2) + constant
 
 
-def _model(params: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
-    return _evaluate(params, offsets, num_kernels)[1]
+def _residual(params: torch.Tensor, model: torch.Tensor, target: torch.Tensor, problem: _Problem) -> torch.Tensor:
+    """Weighted misfit at every offset, then the ridge terms sqrt(lambda) a_s: (problems, K + S)."""
+    amplitude = params[:, : problem.num_kernels]
+    return torch.cat([problem.weights.sqrt() * (model - target), math.sqrt(problem.ridge) * amplitude], -1)
 
 
-def _jacobian(params: torch.Tensor, bumps: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
-    """d model / d params at `params`, whose kernel values are `bumps`: (problems, K, 3S+1)."""
-    amplitude, log_sharpness, center, _ = _split(params, num_kernels)
+def _jacobian(params: torch.Tensor, bumps: torch.Tensor, problem: _Problem) -> torch.Tensor:
+    """d residual / d params at `params`, whose kernel values are `bumps`: (problems, K + S, 3S+1)."""
+    amplitude, log_sharpness, center, _ = _split(params, problem.num_kernels)
     sharpness = log_sharpness.exp()[..., None]
-    distance = offsets - center[..., None]
+    distance = problem.offsets - center[..., None]
     scaled = amplitude[..., None] * sharpness * bumps
     d_log_sharpness = -scaled * distance.square()
     d_center = 2 * scaled * distance
     ones = torch.ones_like(bumps[:, :1])
-    return torch.cat([bumps, d_log_sharpness, d_center, ones], 1).transpose(1, 2)
+    misfit = problem.weights.sqrt()[:, None] * torch.cat([bumps, d_log_sharpness, d_center, ones], 1).transpose(1, 2)
+    ridge = torch.zeros(problem.num_kernels, params.shape[-1], dtype=params.dtype)
+    ridge[:, : problem.num_kernels] = math.sqrt(problem.ridge) * torch.eye(problem.num_kernels, dtype=params.dtype)
+    return torch.cat([misfit, ridge.expand(params.shape[0], -1, -1)], 1)
 
 
-def _solve_linear(nonlinear: torch.Tensor, target: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor):
-    """Best amplitudes and constant for given (log b, c): a weighted linear least-squares solve."""
+def _solve_linear(nonlinear: torch.Tensor, target: torch.Tensor, problem: _Problem) -> torch.Tensor:
+    """Best amplitudes and constant for given (log b, c): a weighted, ridge-penalised linear least-squares solve."""
     log_sharpness, center = nonlinear.chunk(2, -1)
-    bumps = torch.exp(-log_sharpness.exp()[..., None] * (offsets - center[..., None]).square())
+    bumps = torch.exp(-log_sharpness.exp()[..., None] * (problem.offsets - center[..., None]).square())
     basis = torch.cat([bumps, torch.ones_like(bumps[:, :1])], 1).transpose(1, 2)  # (P, K, S+1)
-    root = weights.sqrt()[:, None]
+    root = problem.weights.sqrt()[:, None]
     gram = (root * basis).transpose(1, 2) @ (root * basis)
-    ridge = 1e-8 * torch.eye(gram.shape[-1], dtype=gram.dtype) * gram.diagonal(dim1=1, dim2=2).mean(-1)[:, None, None]
+    penalty = torch.full((problem.num_kernels + 1,), problem.ridge, dtype=gram.dtype)
+    penalty[-1] = 1e-10 * problem.weights.sum()  # the constant is free; this only keeps the system regular
     rhs = (root * basis).transpose(1, 2) @ (root[:, 0] * target)[..., None]
-    return torch.linalg.solve(gram + ridge, rhs)[..., 0]
+    return torch.linalg.solve(gram + torch.diag(penalty), rhs)[..., 0]
 
 
 def _schedule(iterations: int, num_starts: int) -> list[tuple[int, int]]:
@@ -130,22 +165,22 @@ def _schedule(iterations: int, num_starts: int) -> list[tuple[int, int]]:
     return [(first, max(1, num_starts // 4)), (first, 1), (max(0, iterations - 2 * first), 1)]
 
 
-def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iterations, damping):
-    """Batched Levenberg-Marquardt with Marquardt's diagonal scaling; one kernel evaluation per iteration."""
-    root = weights.sqrt()
-    bumps, model = _evaluate(params, offsets, num_kernels)
-    residual = root * (model - target)
+def _levenberg_marquardt(params, target, problem: _Problem, iterations: int, damping: torch.Tensor):
+    """Batched Levenberg-Marquardt with Marquardt's diagonal scaling and the bounds enforced by clamping each
+    step; one kernel evaluation per iteration."""
+    bumps, model = _evaluate(params, problem)
+    residual = _residual(params, model, target, problem)
     cost = residual.square().sum(-1)
     eye = torch.eye(params.shape[-1], dtype=params.dtype)
     for _ in range(iterations):
-        jacobian = root[:, None] * _jacobian(params, bumps, offsets, num_kernels)
+        jacobian = _jacobian(params, bumps, problem)
         gram = jacobian.transpose(1, 2) @ jacobian
         gradient = jacobian.transpose(1, 2) @ residual[..., None]
         scale = gram.diagonal(dim1=1, dim2=2).clamp_min(1e-12)
         system = gram + damping[:, None, None] * (torch.diag_embed(scale) + 1e-9 * eye)
-        candidate = _clamped(params + torch.linalg.solve(system, -gradient)[..., 0], num_kernels)
-        candidate_bumps, candidate_model = _evaluate(candidate, offsets, num_kernels)
-        candidate_residual = root * (candidate_model - target)
+        candidate = _clamped(params + torch.linalg.solve(system, -gradient)[..., 0], problem)
+        candidate_bumps, candidate_model = _evaluate(candidate, problem)
+        candidate_residual = _residual(candidate, candidate_model, target, problem)
         candidate_cost = candidate_residual.square().sum(-1)
         better = candidate_cost < cost
         params = torch.where(better[:, None], candidate, params)
@@ -156,27 +191,60 @@ def _levenberg_marquardt(params, target, offsets, weights, num_kernels, iteratio
     return params, cost, damping
 
 
-def _clamped(params: torch.Tensor, num_kernels: int) -> torch.Tensor:
-    amplitude, log_sharpness, center, constant = _split(params, num_kernels)
-    log_sharpness = log_sharpness.clamp(torch.log(torch.tensor(MIN_SHARPNESS)), torch.log(torch.tensor(MAX_SHARPNESS)))
-    return torch.cat([amplitude, log_sharpness, center, constant], -1)
+def _clamped_nonlinear(nonlinear: torch.Tensor, problem: _Problem) -> torch.Tensor:
+    """(..., 2S) of log b and c, each within its bounds."""
+    log_sharpness, center = nonlinear.chunk(2, -1)
+    log_sharpness = log_sharpness.clamp(problem.min_log_sharpness, problem.max_log_sharpness)
+    return torch.cat([log_sharpness, center.clamp(-problem.window, problem.window)], -1)
 
 
-def _peak_seeded_start(target: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> torch.Tensor:
-    """Centres at the S largest deviations from the median, found greedily; widths from each peak's half-width."""
-    residual = target - target.median(-1, keepdim=True).values
-    centres, log_sharpness = [], []
+def _clamped(params: torch.Tensor, problem: _Problem) -> torch.Tensor:
+    amplitude, log_sharpness, center, constant = _split(params, problem.num_kernels)
+    nonlinear = _clamped_nonlinear(torch.cat([log_sharpness, center], -1), problem)
+    return torch.cat([amplitude, nonlinear, constant], -1)
+
+
+def _peak_seeded_starts(target: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> list[torch.Tensor]:
+    """Greedy starts: centres at the S largest peaks of a signal, widths from each peak's half-width.
+
+    The signals: the profile less its median, its minimum or its maximum (kernels on its bumps, its dips, or
+    both), and its negative curvature (narrow bumps, also those riding on broad ones); and one mixed start, the
+    median's first (broadest-reaching) peak with the S-1 first curvature peaks. Each at three width scales
+    (x0.5, x1, x2 of the measured half-widths).
+    """
+    curvature = torch.nn.functional.pad(target[:, :-2] - 2 * target[:, 1:-1] + target[:, 2:], (1, 1))
+    signals = [target - target.median(-1, keepdim=True).values, target - target.amin(-1, keepdim=True)]
+    signals += [target - target.amax(-1, keepdim=True), -curvature]
+    peaks = [_greedy_peaks(signal, offsets, num_kernels) for signal in signals]
+    (median_centres, median_widths), (curvature_centres, curvature_widths) = peaks[0], peaks[3]
+    peaks.append(
+        (
+            torch.cat([median_centres[:, :1], curvature_centres[:, : num_kernels - 1]], -1),
+            torch.cat([median_widths[:, :1], curvature_widths[:, : num_kernels - 1]], -1),
+        )
+    )
+    starts = []
+    for centres, half_widths in peaks:
+        for scale in (0.5, 1.0, 2.0):
+            sharpness = math.log(2.0) / (scale * half_widths).square()
+            starts.append(torch.cat([sharpness.log(), centres], -1))
+    return starts
+
+
+def _greedy_peaks(residual: torch.Tensor, offsets: torch.Tensor, num_kernels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Centres and half-widths (problems, S) of S peaks of |residual|, each removed before finding the next."""
+    centres, half_widths = [], []
     for _ in range(num_kernels):
         peak = residual.abs().argmax(-1)
         height = residual.gather(-1, peak[:, None])
         above_half = (residual * height.sign()) > height.abs() / 2
-        half_width = _run_length_around(above_half, peak).clamp_min(1).to(target.dtype)
-        sharpness = torch.log(torch.tensor(2.0, dtype=target.dtype)) / half_width.square()
+        half_width = _run_length_around(above_half, peak).clamp_min(1).to(residual.dtype)
+        sharpness = math.log(2.0) / half_width.square()
         centre = offsets[peak]
         residual = residual - height * torch.exp(-sharpness[:, None] * (offsets - centre[:, None]).square())
         centres.append(centre)
-        log_sharpness.append(sharpness.log())
-    return torch.cat([torch.stack(log_sharpness, -1), torch.stack(centres, -1)], -1)
+        half_widths.append(half_width)
+    return torch.stack(centres, -1), torch.stack(half_widths, -1)
 
 
 def _run_length_around(mask: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
