@@ -23,7 +23,7 @@ class TisaConfig:
         share_across_layers: one scoring function per head, shared by every layer.
         fit_window: largest |j - i| the fit looks at (None: every offset of the profile).
         profile_length: positions used to extract the profiles (None: the whole position table, at most 512).
-        fit_restarts: random starts per head, on top of the 9 peak-seeded ones.
+        fit_restarts: random starts per head, on top of the 15 peak-seeded ones.
     """
 
     num_kernels: int = 5

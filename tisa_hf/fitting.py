@@ -65,8 +65,8 @@ def fit_kernels(
 ) -> KernelFit:
     """Fits S kernels plus a constant to each profile of shape (..., 2n-1) (offsets -(n-1) .. n-1).
 
-    Starts: one seeded at the largest peaks of the profile, plus `restarts` random ones; all are iterated for a
-    fifth of `iterations`, the best quarter of them for another fifth, and the best one to the end.
+    Starts: 15 seeded at the profile's peaks (see `_peak_seeded_starts`), plus `restarts` random ones; all are
+    iterated for a fifth of `iterations`, the best quarter of them for another fifth, and the best one to the end.
     """
     if num_kernels < 1:
         raise ValueError(f"fit_kernels needs num_kernels >= 1, got {num_kernels}.")
