@@ -1,0 +1,72 @@
+"""`scripts/plot_kernels.py`: rebuilds the kernels a run started from and reports how far each layer moved."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertModel
+
+import tisa_hf
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "plot_kernels.py"
+
+
+def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64
+    )
+    BertModel(config).save_pretrained(tmp_path / "pretrained")
+    tisa = tisa_hf.TisaConfig(num_kernels=2, mode="add", fit_window=16)
+    tuned = BertModel.from_pretrained(tmp_path / "pretrained", tisa=tisa)
+    with torch.no_grad():
+        tuned.tisa.amplitude[0] += 0.5  # "fine-tuning" moved the first layer only
+    tuned.save_pretrained(tmp_path / "run")
+    record = {
+        "task": "rte",
+        "model": str(tmp_path / "pretrained"),
+        "tisa": tisa.to_dict(),
+        "seed": 1,
+        "metrics": {"validation": {"accuracy": 0.5}},
+        "versions": {},
+        "wall_time_s": 1.0,
+        "config": {"task": "rte", "model": str(tmp_path / "pretrained")},
+    }
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(record))
+
+    out = tmp_path / "kernels.png"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "run"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stat().st_size > 0
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
+    changes = {int(row[0]): float(row[3]) for row in rows}
+    assert changes[2] < 1e-5  # layer 2 is exactly the rebuilt start
+    assert changes[1] > 0.01
+
+
+def test_baseline_run_is_refused(tmp_path):
+    (tmp_path / "metrics.json").write_text(
+        json.dumps(
+            {
+                "task": "rte",
+                "model": "x",
+                "tisa": None,
+                "seed": 1,
+                "metrics": {},
+                "versions": {},
+                "wall_time_s": 1.0,
+                "config": {"task": "rte", "model": "x"},
+            }
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "k.png")], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "has no TISA kernels" in result.stderr
