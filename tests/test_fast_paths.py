@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, BertConfig, BertModel
+from transformers import BertConfig, BertModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import tisa_hf
@@ -156,25 +156,12 @@ def test_trainable_bias_attention_matches_sdpa_math_path(batch_of_bias):
 def test_fused_route_is_taken_only_where_sdpa_would_leave_its_fused_kernel():
     query = key = torch.zeros(1, 2, 4, 8)
     trainable = torch.zeros(1, 2, 4, 4, requires_grad=True)
-    assert attention.takes_fused_bias_path(query, key, trainable, 0.0, False)
-    assert not attention.takes_fused_bias_path(query, key, trainable.detach(), 0.0, False)
-    assert not attention.takes_fused_bias_path(query, key, trainable, 0.1, False)
-    assert not attention.takes_fused_bias_path(query, key, trainable, 0.0, True)
-    assert not attention.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), trainable, 0.0, False)
+    assert attention.takes_fused_bias_path(query, key, trainable, 0.0)
+    assert not attention.takes_fused_bias_path(query, key, trainable.detach(), 0.0)
+    assert not attention.takes_fused_bias_path(query, key, trainable, 0.1)
+    assert not attention.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), trainable, 0.0)
     with torch.no_grad():
-        assert not attention.takes_fused_bias_path(query, key, trainable, 0.0, False)
-
-
-def test_install_keeps_a_user_registered_sdpa():
-    attention.install_fused_bias_sdpa()
-    assert AttentionInterface._global_mapping["sdpa"] is attention.fused_bias_sdpa_forward
-    user_function = Spy(sdpa_attention_forward)
-    AttentionInterface.register("sdpa", user_function)
-    try:
-        attention.install_fused_bias_sdpa()
-        assert AttentionInterface._global_mapping["sdpa"] is user_function
-    finally:
-        AttentionInterface.register("sdpa", attention.fused_bias_sdpa_forward)
+        assert not attention.takes_fused_bias_path(query, key, trainable, 0.0)
 
 
 def test_patched_sdpa_training_matches_eager_with_padding(monkeypatch):

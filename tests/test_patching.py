@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 
 import pytest
 import torch
@@ -42,13 +41,11 @@ def test_save_and_reload_restores_tisa_without_refitting(model_type, tmp_path, m
     torch.testing.assert_close(again.base_model.tisa.center, model.base_model.tisa.center, rtol=0, atol=0)
 
 
-def test_kernels_missing_from_a_checkpoint_are_initialised_with_a_warning(tmp_path, caplog):
+def test_converting_a_plain_checkpoint_initialises_the_kernels_by_init(tmp_path):
     AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="tisa_hf"):
-        model, info = AutoModel.from_pretrained(
-            tmp_path, tisa={"num_kernels": 3, "init": "zeros", "fit_window": 8}, output_loading_info=True
-        )
-    assert "no TISA kernels" in caplog.text and "init='zeros'" in caplog.text
+    model, info = AutoModel.from_pretrained(
+        tmp_path, tisa={"num_kernels": 3, "init": "zeros", "fit_window": 8}, output_loading_info=True
+    )
     assert not any("tisa" in key for key in info["missing_keys"])
     assert model.tisa.amplitude.abs().max() == 0
     torch.testing.assert_close(model.tisa.center[0, 0], torch.linspace(-8, 8, 3))
@@ -125,17 +122,25 @@ def test_replace_mode_uses_the_mean_of_the_rows_tokens_use():
 
 @pytest.mark.parametrize(
     ("model_type", "layers", "heads", "kernels", "shared", "expected"),
-    [("bert", 3, 4, 5, False, 3 * 5 * 4 * 3), ("albert", 4, 4, 3, False, 3 * 3 * 4 * 4), ("albert", 4, 4, 3, True, 36)],
+    [
+        ("bert", 3, 4, 5, False, 3 * 5 * 4 * 3),
+        ("albert", 4, 4, 3, False, 3 * 3 * 4 * 4),
+        ("albert", 4, 4, 3, True, 36),
+        ("electra", 2, 4, 5, False, 3 * 5 * 4 * 2),
+        ("xlm-roberta", 3, 2, 1, False, 3 * 1 * 2 * 3),
+        ("distilbert", 3, 4, 2, False, 3 * 2 * 4 * 3),
+    ],
 )
 def test_positional_parameter_counts(model_type, layers, heads, kernels, shared, expected):
     config = tiny_config(model_type, num_hidden_layers=layers, num_attention_heads=heads)
     plain = AutoModel.from_config(copy.deepcopy(config))
-    embedding = config.embedding_size if model_type == "albert" else config.hidden_size
+    embedding = config.embedding_size if model_type in ("albert", "electra") else config.hidden_size
+    rows = config.max_position_embeddings
     before = tisa_hf.count_positional_parameters(plain)
-    assert (before.tisa, before.position_embeddings) == (0, 40 * embedding)
+    assert (before.tisa, before.position_embeddings) == (0, rows * embedding)
     tisa_hf.patch(plain, {"num_kernels": kernels, "init": "zeros", "share_across_layers": shared})
     after = tisa_hf.count_positional_parameters(plain)
-    assert (after.tisa, after.position_embeddings) == (expected, 40 * embedding)
+    assert (after.tisa, after.position_embeddings) == (expected, rows * embedding)
     assert tisa_hf.TisaConfig(num_kernels=kernels, share_across_layers=shared).num_parameters(layers, heads) == expected
     replaced = tisa_hf.patch(
         AutoModel.from_config(copy.deepcopy(config)), {"num_kernels": kernels, "mode": "replace", "init": "zeros"}
@@ -171,7 +176,9 @@ def test_bad_config_is_rejected_at_from_pretrained(tmp_path):
 
 def test_unsupported_model_type_names_the_supported_ones():
     config = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10, tisa={"num_kernels": 1})
-    with pytest.raises(ValueError, match="model type 'gpt2'; supported: albert, bert, roberta"):
+    with pytest.raises(
+        ValueError, match="model type 'gpt2'; supported: albert, bert, distilbert, electra, roberta, xlm-roberta"
+    ):
         AutoModel.from_config(config)
     with pytest.raises(ValueError, match="model type 'gpt2'"):
         tisa_hf.patch(AutoModel.from_config(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10)))

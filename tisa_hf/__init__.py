@@ -1,22 +1,25 @@
 """tisa-hf: translation-invariant self-attention for pretrained Hugging Face encoders.
 
-Importing the package lets `from_pretrained(..., tisa=TisaConfig(...))` patch BERT, RoBERTa and ALBERT
-models, and TISA checkpoints load with their kernels.
+Importing the package registers TISA's model types (`tisa_hf_bert`, ...) and attention functions (`tisa_sdpa`,
+...) with transformers, so that `from_pretrained(..., tisa=TisaConfig(...))` converts a BERT, RoBERTa, ALBERT,
+ELECTRA, XLM-RoBERTa or DistilBERT checkpoint and TISA checkpoints load with their kernels.
 """
 
-from .adapters import register_adapter, supported_model_types
+from .adapters import supported_model_types
 from .config import TisaConfig
 from .counting import PositionalParameterCount, count_positional_parameters
 from .fitting import KernelFit, fit_kernels
 from .integration import install
 from .kernels import TisaPositionBias
+from .modeling import register_adapter, tisa_model_config
+from .packaged import minilm_path, resolve_model
 from .patching import patch, tisa_config_of
 from .profiles import PositionalProfiles, extract_positional_profiles, tisa_disabled
 from .toeplitz import ToeplitzFit, toeplitz_fit
 
 install()
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "KernelFit",
@@ -28,10 +31,13 @@ __all__ = [
     "count_positional_parameters",
     "extract_positional_profiles",
     "fit_kernels",
+    "minilm_path",
     "patch",
     "register_adapter",
+    "resolve_model",
     "supported_model_types",
     "tisa_config_of",
     "tisa_disabled",
+    "tisa_model_config",
     "toeplitz_fit",
 ]

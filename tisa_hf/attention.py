@@ -1,36 +1,77 @@
-"""Scaled dot-product attention with a trainable additive bias that stays on PyTorch's fused CPU kernel.
+"""The one place where TISA's bias enters the attention logits: attention functions of TISA's own.
 
-On CPU, `torch.nn.functional.scaled_dot_product_attention` leaves its fused (flash) kernel for the unfused math
-path as soon as the float mask requires a gradient, which TISA's bias does in training. PyTorch has no fused CPU
-kernel that returns a mask gradient, so `TrainableBiasAttention` is written here: its forward is the fused kernel
-with the bias as a constant mask, and its backward recomputes the probabilities from the saved log-sum-exp and
-returns the gradients of the query, key, value and bias.
+`tisa_eager`, `tisa_sdpa` and `tisa_flex_attention` are registered with transformers' `AttentionInterface` (and
+the same names with `AttentionMaskInterface`, which builds their padding masks as for the plain backends) when
+`tisa_hf` is imported. A TISA model's config selects them (`config._attn_implementation == "tisa_sdpa"`, say);
+transformers' own entries are never replaced, so every other model computes exactly what it did before.
 
-Long inputs at inference get a second route: the attention module receives the 2n-1 offset values
-(`ToeplitzBias`) instead of the (H, n, n) bias, and attention runs in blocks of query rows, each with only its
-rows of the bias, so no full-size bias is ever stored.
+Each function reads its module's `TisaSite` (set when the model was patched), takes that layer's bias from the
+encoder's kernel module and hands the logits' bias to the plain backend:
 
-`install_fused_bias_sdpa` wraps transformers' "sdpa" attention function so that exactly these cases (CPU,
-float32, mask requiring a gradient, no dropout, not causal; or a `ToeplitzBias` keyword) take those routes;
-every other call goes to the original function unchanged. CUDA needs no bias-gradient route: its
-memory-efficient kernel already returns the bias gradient.
+- `tisa_eager`: the bias merged into the additive mask; `output_attentions=True` returns probabilities with it.
+- `tisa_sdpa`: as `sdpa`, with two routes of its own. On CPU, PyTorch leaves its fused kernel for the unfused math
+  path as soon as the float mask requires a gradient, which TISA's bias does in training, and PyTorch has no fused
+  CPU kernel that returns a mask gradient: `TrainableBiasAttention` runs the fused kernel forward with the bias as
+  a constant mask and recomputes the probabilities from the saved log-sum-exp in its backward. Long inputs without
+  gradients run blockwise over query rows from the bias's 2n-1 offset values (`ToeplitzBias`), never storing the
+  (H, n, n) bias. CUDA needs neither: its memory-efficient kernel already returns the bias gradient.
+- `tisa_flex_attention`: the bias as flex attention's `position_bias` score modification.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from transformers import AttentionInterface
+from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
+from transformers.models.bert.modeling_bert import eager_attention_forward
 
-from .kernels import toeplitz_from_offsets
+from .kernels import TisaPositionBias, toeplitz_from_offsets
 
-_FUSED_DTYPES = (torch.float32,)
-_UNSUPPORTED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
-TOEPLITZ_BIAS_KWARG = "tisa_toeplitz_bias"
+PREFIX = "tisa_"
+LAYER_INDEX_KWARG = "tisa_layer_index"
+SITE_ATTRIBUTE = "tisa_site"
+BIAS_ATTRIBUTE = "tisa"
 BLOCK_BIAS_BYTES = 64 * 2**20
+_FUSED_DTYPES = (torch.float32,)
+_UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
+
+
+@dataclass(frozen=True)
+class TisaSite:
+    """Which TISA layer a self-attention module serves, and the encoder that holds the kernels.
+
+    The kernels are looked up on the encoder at every call (`encoder.tisa`), so a wrapper that replaces the module
+    (PEFT's `modules_to_save`) is used as such. `layer` is fixed for unshared modules; for modules shared across
+    layers (ALBERT) it is None and the encoder passes `tisa_layer_index` with each call, to which `offset` is added.
+    """
+
+    encoder: nn.Module = field(repr=False, compare=False)
+    layer: int | None
+    offset: int = 0
+
+    def kernels(self) -> TisaPositionBias | None:
+        """The encoder's kernel module, or None where it has none (S = 0)."""
+        return getattr(self.encoder, BIAS_ATTRIBUTE, None)
+
+    def layer_index(self, kwargs: dict) -> int:
+        passed = kwargs.pop(LAYER_INDEX_KWARG, None)
+        return self.layer if self.layer is not None else passed + self.offset
+
+
+def tisa_implementation(name: str | None) -> str | None:
+    """`sdpa` -> `tisa_sdpa`; TISA's names and None are returned as they are."""
+    return name if name is None or name.startswith(PREFIX) else PREFIX + name
+
+
+def plain_implementation(name: str | None) -> str | None:
+    """`tisa_sdpa` -> `sdpa`."""
+    return name.removeprefix(PREFIX) if name is not None else None
 
 
 def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
@@ -40,6 +81,111 @@ def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
     if mask.dtype == torch.bool:
         return torch.where(mask, bias, torch.finfo(bias.dtype).min)
     return (mask + bias).to(bias.dtype)
+
+
+def _site_bias(module: nn.Module, query: torch.Tensor, kwargs: dict) -> tuple[TisaPositionBias | None, int]:
+    site: TisaSite | None = getattr(module, SITE_ATTRIBUTE, None)
+    if site is None:
+        raise ValueError(
+            f"{type(module).__name__} runs a TISA attention function but was never patched with TISA. Load the "
+            "model with tisa_hf (from_pretrained(..., tisa=...) or tisa_hf.patch) instead of setting "
+            "config._attn_implementation by hand."
+        )
+    layer = site.layer_index(kwargs)
+    kernels = site.kernels()
+    return (kernels if kernels is not None and kernels.enabled else None), layer
+
+
+def bias_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype of the attention logits: autocast's, where it is on, else the query's."""
+    device_type = query.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return query.dtype
+
+
+def tisa_eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention with the layer's TISA bias added to the logits."""
+    kernels, layer = _site_bias(module, query, kwargs)
+    if kernels is not None:
+        attention_mask = merge_bias(attention_mask, kernels(layer, query.shape[2], bias_dtype(query)))
+    return eager_attention_forward(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
+
+
+def tisa_sdpa_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa attention with the layer's TISA bias, through the CPU trainable-bias and blockwise routes."""
+    kernels, layer = _site_bias(module, query, kwargs)
+    if kernels is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
+    length, dtype = query.shape[2], bias_dtype(query)
+    if not kernels.needs_grad() and not kernels.fits_cache(length, dtype):
+        bias = ToeplitzBias(kernels.offset_values(layer, length, dtype), length)
+        output = blockwise_biased_sdpa(query, key, value, attention_mask, bias, dropout, scaling)
+        return output.transpose(1, 2).contiguous(), None
+    mask = merge_bias(attention_mask, kernels(layer, length, dtype))
+    if takes_fused_bias_path(query, key, mask, dropout) and not any(
+        kwargs.get(name) is not None for name in _UNSUPPORTED_FUSED_KWARGS
+    ):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        output = TrainableBiasAttention.apply(query, key, value, mask, scale)
+        return output.transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(
+        module, query, key, value, mask, dropout=dropout, scaling=scaling, is_causal=False, **kwargs
+    )
+
+
+def tisa_flex_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Flex attention with the layer's TISA bias as its `position_bias` score modification."""
+    kernels, layer = _site_bias(module, query, kwargs)
+    if kernels is not None:
+        bias = kernels(layer, query.shape[2], bias_dtype(query))
+        kwargs["position_bias"] = bias.expand(query.shape[0], -1, -1, -1)
+    return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+
+ATTENTION_FUNCTIONS: dict[str, tuple[Callable, Callable]] = {
+    "tisa_eager": (tisa_eager_attention_forward, eager_mask),
+    "tisa_sdpa": (tisa_sdpa_attention_forward, sdpa_mask),
+    "tisa_flex_attention": (tisa_flex_attention_forward, flex_attention_mask),
+}
+
+
+def register_attention_functions() -> None:
+    """Adds TISA's attention and mask functions under their own names (idempotent; replaces nothing)."""
+    for name, (attention, mask) in ATTENTION_FUNCTIONS.items():
+        AttentionInterface.register(name, attention)
+        AttentionMaskInterface.register(name, mask)
 
 
 @dataclass(frozen=True)
@@ -112,9 +258,7 @@ class TrainableBiasAttention(torch.autograd.Function):
         return grad_query, grad_key, grad_value, grad_bias, None
 
 
-def takes_fused_bias_path(
-    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float, is_causal: bool | None
-) -> bool:
+def takes_fused_bias_path(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float) -> bool:
     """Whether a call would leave PyTorch's fused CPU kernel only because its float mask requires a gradient."""
     return (
         mask is not None
@@ -126,47 +270,4 @@ def takes_fused_bias_path(
         and mask.dim() == 4
         and query.shape[1] == key.shape[1]
         and not dropout
-        and not is_causal
     )
-
-
-def fused_bias_sdpa_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """transformers' sdpa attention, with `TrainableBiasAttention` where the mask needs a gradient on CPU."""
-    toeplitz_bias = kwargs.pop(TOEPLITZ_BIAS_KWARG, None)
-    if toeplitz_bias is not None:
-        output = blockwise_biased_sdpa(query, key, value, attention_mask, toeplitz_bias, dropout, scaling)
-        return output.transpose(1, 2).contiguous(), None
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
-    if takes_fused_bias_path(query, key, attention_mask, dropout, causal) and not any(
-        kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS
-    ):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        output = TrainableBiasAttention.apply(query, key, value, attention_mask, scale)
-        return output.transpose(1, 2).contiguous(), None
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
-    )
-
-
-def fused_bias_sdpa_installed() -> bool:
-    return AttentionInterface._global_mapping.get("sdpa") is fused_bias_sdpa_forward
-
-
-def install_fused_bias_sdpa() -> None:
-    """Registers `fused_bias_sdpa_forward` as transformers' "sdpa" attention (idempotent).
-
-    Only replaces transformers' own function, never one a user registered.
-    """
-    current: Callable = AttentionInterface._global_mapping.get("sdpa")
-    if current is sdpa_attention_forward:
-        AttentionInterface.register("sdpa", fused_bias_sdpa_forward)

@@ -27,8 +27,8 @@ class PositionalParameterCount:
 
 
 def count_positional_parameters(model: PreTrainedModel) -> PositionalParameterCount:
-    base, _ = find_base_model(model)
-    table = base.embeddings.position_embeddings
+    base, adapter = find_base_model(model)
+    table = adapter.position_table(base)
     bias = tisa_bias_module(base)
     tisa = sum(p.numel() for p in bias.parameters()) if bias is not None else 0
     if isinstance(table, MeanPositionEmbedding):

@@ -21,7 +21,7 @@ from .analysis.scoring import compare_scoring_to_profiles
 from .config import TisaConfig
 from .counting import count_positional_parameters
 from .packaged import MINILM_ALIAS, resolve_model
-from .patching import embeddings_length
+from .patching import position_table_length
 from .profiles import DEFAULT_PROFILE_LENGTH
 
 SENTENCES = [
@@ -33,7 +33,7 @@ SENTENCES = [
 def plot_profiles_and_kernels(model, path: Path) -> float:
     """Saves every head's fitted f(k) over its F̂_P profile; returns the mean fit R² over heads."""
     base, adapter = find_base_model(model)
-    profiles = analyze_profiles(model, min(DEFAULT_PROFILE_LENGTH, embeddings_length(base, adapter)))
+    profiles = analyze_profiles(model, min(DEFAULT_PROFILE_LENGTH, position_table_length(base, adapter)))
     scoring = compare_scoring_to_profiles(model, profiles)
     figure = scoring_comparison_figure(scoring)
     figure.savefig(path, dpi=120)

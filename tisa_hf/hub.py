@@ -14,8 +14,9 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from .config import TisaConfig
 from .counting import PositionalParameterCount, count_positional_parameters
+from .modeling import plain_model_config
+from .patching import tisa_config_of
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
 METRICS_FILE = "metrics.json"
@@ -71,15 +72,13 @@ def read_run_metrics(run_dir: Path) -> dict[str, Any]:
 def load_run_model(run_dir: Path) -> PreTrainedModel:
     """The saved model, by the architecture its config names (the base encoder if it names none)."""
     config = AutoConfig.from_pretrained(run_dir)
-    architecture = (config.architectures or [None])[0]
-    model_class = getattr(transformers, architecture, None) if architecture else None
-    return (model_class or AutoModel).from_pretrained(run_dir).eval()
+    architecture = (config.architectures or [""])[0]
+    return getattr(transformers, _auto_class_name(architecture)).from_pretrained(run_dir).eval()
 
 
 def unpatched_positional_parameters(run_dir: Path) -> PositionalParameterCount:
     """Positional parameters of the same architecture without TISA (built on the meta device: no weights)."""
-    config = AutoConfig.from_pretrained(run_dir)
-    config.tisa = None
+    config = plain_model_config(AutoConfig.from_pretrained(run_dir))
     with torch.device("meta"):
         return count_positional_parameters(AutoModel.from_config(config))
 
@@ -140,9 +139,14 @@ def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResu
     return dataset, results
 
 
-def _loading_class(model: PreTrainedModel) -> str:
-    head = type(model).__name__.partition("For")[2]
+def _auto_class_name(architecture: str) -> str:
+    """`TisaBertForSequenceClassification` -> `AutoModelForSequenceClassification`; a base model -> `AutoModel`."""
+    head = architecture.partition("For")[2]
     return f"AutoModelFor{head}" if head else "AutoModel"
+
+
+def _loading_class(model: PreTrainedModel) -> str:
+    return _auto_class_name(type(model).__name__)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -162,7 +166,7 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     model = load_run_model(run_dir)
     name = repo_id or str(run_dir)
     dataset, results = eval_results(task, metrics)
-    tisa = TisaConfig.from_value(model.config.tisa) if model.config.tisa else None
+    tisa = tisa_config_of(model)
 
     card_data = ModelCardData(
         model_name=name,
@@ -214,8 +218,9 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
         f"{float(record['wall_time_s']):.0f} s).\n\n" + _table(["metric", "value"], metric_rows)
     )
     sections.append(
-        "## Usage\n\nImport `tisa_hf` first: it teaches transformers to rebuild the TISA kernels from "
-        f"`config.json`.\n\n```python\nimport tisa_hf  # noqa: F401\nfrom transformers import AutoTokenizer, "
+        "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "
+        f"(`{model.config.model_type}`) with transformers' Auto classes.\n\n"
+        f"```python\nimport tisa_hf  # noqa: F401\nfrom transformers import AutoTokenizer, "
         f'{_loading_class(model)}\n\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n'
         f'model = {_loading_class(model)}.from_pretrained("{name}")\n```'
     )

@@ -1,82 +1,81 @@
-"""Hooks into transformers so that `from_pretrained(..., tisa=...)` and TISA checkpoints just work.
+"""What `import tisa_hf` does to transformers, all of it additive:
 
-Installed once by `import tisa_hf`:
-- every config accepts a `tisa` attribute, validated on assignment and stored as a plain dict (so
-  `from_pretrained` routes the kwarg to the config, and config.json stores it);
-- `PreTrainedModel.post_init` patches a supported base encoder whose config carries `tisa`, and rejects
-  unsupported model types;
-- `PreTrainedModel.from_pretrained` initialises kernels that the checkpoint lacks (and only those).
+- registers TISA's attention functions under names of their own (`tisa_sdpa`, ...) and the TISA model types
+  (`tisa_hf_bert`, ...) with the Auto classes; transformers' own entries are never replaced;
+- lets `from_pretrained` (and `from_config`) of transformers' own classes hand a model that asks for TISA, by
+  `tisa=...` or by a config written by tisa-hf 0.1 (a plain model type carrying a `tisa` dict), to its TISA class.
+  Every other call reaches transformers' function unchanged, with the same arguments.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 
 from transformers import PreTrainedConfig, PreTrainedModel
 
-from .adapters import adapter_for
-from .config import TisaConfig
-from .patching import BIAS_ATTRIBUTE, apply_tisa, initialize_tisa, is_patched, tisa_bias_module
-
-logger = logging.getLogger(__name__)
+from .adapters import ADAPTERS, BUILTIN_ADAPTERS, adapter_for
+from .attention import register_attention_functions
+from .modeling import TisaModelMixin, register_adapter, tisa_model_class, to_tisa_config
 
 _INSTALLED_MARK = "_tisa_hf_installed"
 
 
-def _get_tisa(config: PreTrainedConfig) -> dict | None:
-    return config.__dict__.get("tisa")
+def _legacy_tisa(config: object) -> dict | None:
+    """The `tisa` dict of a plain-type config written by tisa-hf 0.1 (or built with `tisa=`), else None."""
+    return config.__dict__.get("tisa") if isinstance(config, PreTrainedConfig) else None
 
 
-def _set_tisa(config: PreTrainedConfig, value: TisaConfig | dict | bool | None) -> None:
-    config.__dict__["tisa"] = TisaConfig.from_value(value).to_dict() if value not in (None, False) else None
+def _is_plain_class(cls: type) -> bool:
+    """A transformers class (not a TISA one) of a supported architecture."""
+    return not issubclass(cls, TisaModelMixin) and getattr(cls.config_class, "model_type", None) in ADAPTERS
 
 
-def _tisa_post_init(original):
+def _tisa_class(cls: type) -> type:
+    """The TISA class for a class asked for TISA; an unsupported architecture is an error naming the supported."""
+    adapter_for(cls.config_class.model_type)
+    return tisa_model_class(cls)
+
+
+def _from_pretrained(original):
     @functools.wraps(original)
-    def post_init(self: PreTrainedModel) -> None:
-        original(self)
-        value = getattr(self.config, "tisa", None)
-        if not value:
-            return
-        config = TisaConfig.from_value(value)
-        adapter = adapter_for(self.config.model_type)
-        if not isinstance(self, adapter.base_model_class) or is_patched(self):
-            return
-        apply_tisa(self, adapter, config)
-        bias = tisa_bias_module(self)
-        if bias is not None and not bias.amplitude.is_meta:
-            initialize_tisa(self, adapter, config)
-
-    return post_init
-
-
-def _tisa_from_pretrained(original):
-    @functools.wraps(original)
-    def from_pretrained(cls, *args, **kwargs):
-        wants_info = kwargs.pop("output_loading_info", False)
-        model, info = original.__func__(cls, *args, output_loading_info=True, **kwargs)
-        missing = {key for key in info["missing_keys"] if f"{BIAS_ATTRIBUTE}." in key}
-        if missing:
-            base = model.base_model
-            config = TisaConfig.from_value(model.config.tisa)
-            logger.warning(
-                "The checkpoint has no TISA kernels (%s); initialising them with init=%r.",
-                ", ".join(sorted(missing)),
-                config.init,
-            )
-            initialize_tisa(base, adapter_for(model.config.model_type), config)
-            info["missing_keys"] = set(info["missing_keys"]) - missing
-        return (model, info) if wants_info else model
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        if issubclass(cls, TisaModelMixin):
+            return original.__func__(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+        tisa = kwargs.pop("tisa", None)
+        config = kwargs.get("config")
+        legacy = _legacy_tisa(config)
+        if tisa is None and legacy is None:
+            model = original.__func__(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+            legacy = _legacy_tisa(model.config)
+            if legacy is None or not _is_plain_class(cls):
+                return model
+            kwargs["config"] = model.config  # a 0.1 checkpoint loaded by a class: load it again, with its kernels
+            del model
+        if isinstance(kwargs.get("config"), PreTrainedConfig):
+            kwargs["config"] = to_tisa_config(kwargs["config"], legacy or tisa)
+        return _tisa_class(cls).from_pretrained(pretrained_model_name_or_path, *model_args, tisa=tisa, **kwargs)
 
     return classmethod(from_pretrained)
 
 
+def _from_config(original):
+    @functools.wraps(original)
+    def from_config(cls, config, **kwargs):
+        legacy = _legacy_tisa(config)
+        if legacy is None or issubclass(cls, TisaModelMixin):
+            return original.__func__(cls, config, **kwargs)
+        return _tisa_class(cls)._from_config(to_tisa_config(config, legacy), **kwargs)
+
+    return classmethod(from_config)
+
+
 def install() -> None:
-    """Installs the hooks (idempotent)."""
+    """Registers the attention functions and model types and installs the `from_pretrained` hand-over (idempotent)."""
+    register_attention_functions()
+    for adapter in BUILTIN_ADAPTERS:
+        register_adapter(adapter)
     if getattr(PreTrainedModel, _INSTALLED_MARK, False):
         return
-    PreTrainedConfig.tisa = property(_get_tisa, _set_tisa, doc="TISA settings (a TisaConfig dict) or None.")
-    PreTrainedModel.post_init = _tisa_post_init(PreTrainedModel.post_init)
-    PreTrainedModel.from_pretrained = _tisa_from_pretrained(PreTrainedModel.from_pretrained)
+    PreTrainedModel.from_pretrained = _from_pretrained(PreTrainedModel.from_pretrained)
+    PreTrainedModel._from_config = _from_config(PreTrainedModel._from_config)
     setattr(PreTrainedModel, _INSTALLED_MARK, True)

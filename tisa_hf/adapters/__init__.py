@@ -8,13 +8,31 @@ from transformers import PreTrainedModel
 from .albert import AlbertAdapter
 from .base import LAYER_INDEX_KWARG, AttentionSite, EncoderAdapter
 from .bert import BertAdapter
+from .distilbert import DistilBertAdapter
+from .electra import ElectraAdapter
 from .roberta import RobertaAdapter
+from .xlm_roberta import XLMRobertaAdapter
 
+TISA_MODEL_TYPE_PREFIX = "tisa_hf_"
 ADAPTERS: dict[str, EncoderAdapter] = {}
+BUILTIN_ADAPTERS = (
+    AlbertAdapter(),
+    BertAdapter(),
+    DistilBertAdapter(),
+    ElectraAdapter(),
+    RobertaAdapter(),
+    XLMRobertaAdapter(),
+)
 
 
-def register_adapter(adapter: EncoderAdapter) -> None:
-    ADAPTERS[adapter.model_type] = adapter
+def tisa_model_type(model_type: str) -> str:
+    """`bert` -> `tisa_hf_bert`: the model type a TISA checkpoint of that architecture saves."""
+    return TISA_MODEL_TYPE_PREFIX + model_type
+
+
+def base_model_type(model_type: str) -> str:
+    """`tisa_hf_bert` -> `bert`; a plain type is returned as it is."""
+    return model_type.removeprefix(TISA_MODEL_TYPE_PREFIX)
 
 
 def supported_model_types() -> list[str]:
@@ -22,13 +40,14 @@ def supported_model_types() -> list[str]:
 
 
 def adapter_for(model_type: str) -> EncoderAdapter:
-    """The adapter of `model_type`, or a ValueError naming it and the supported ones."""
+    """The adapter of `model_type` (a base type such as `bert`, or its TISA type `tisa_hf_bert`), or a
+    ValueError naming it and the supported ones."""
     try:
-        return ADAPTERS[model_type]
+        return ADAPTERS[base_model_type(model_type)]
     except KeyError:
         raise ValueError(
             f"TISA does not support model type {model_type!r}; supported: {', '.join(supported_model_types())}. "
-            "A new encoder needs an EncoderAdapter registered with tisa_hf.adapters.register_adapter."
+            "A new encoder needs an EncoderAdapter registered with tisa_hf.register_adapter."
         ) from None
 
 
@@ -44,9 +63,6 @@ def find_base_model(model: PreTrainedModel) -> tuple[PreTrainedModel, EncoderAda
     return base, adapter
 
 
-for _adapter in (AlbertAdapter(), BertAdapter(), RobertaAdapter()):
-    register_adapter(_adapter)
-
 __all__ = [
     "ADAPTERS",
     "LAYER_INDEX_KWARG",
@@ -54,6 +70,8 @@ __all__ = [
     "EncoderAdapter",
     "adapter_for",
     "find_base_model",
-    "register_adapter",
+    "BUILTIN_ADAPTERS",
+    "base_model_type",
+    "tisa_model_type",
     "supported_model_types",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from transformers import AlbertModel, PreTrainedModel
+from transformers import AlbertConfig, AlbertModel, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.models.albert.modeling_albert import AlbertTransformer
 
@@ -26,6 +26,7 @@ class TisaAlbertTransformer(AlbertTransformer):
 class AlbertAdapter(EncoderAdapter):
     model_type = "albert"
     base_model_class = AlbertModel
+    config_class = AlbertConfig
 
     def num_tisa_layers(self, model: PreTrainedModel) -> int:
         return model.config.num_hidden_layers * model.config.inner_group_num
@@ -40,5 +41,8 @@ class AlbertAdapter(EncoderAdapter):
     def prepare(self, model: PreTrainedModel) -> None:
         model.encoder.__class__ = TisaAlbertTransformer
 
-    def encoder_input(self, model: PreTrainedModel, embeddings: torch.Tensor) -> torch.Tensor:
-        return model.encoder.embedding_hidden_mapping_in(embeddings)
+    def encoder_input(self, model: PreTrainedModel, embedding_output: torch.Tensor) -> torch.Tensor:
+        return model.encoder.embedding_hidden_mapping_in(embedding_output)
+
+    def run_encoder(self, model: PreTrainedModel, embedding_output: torch.Tensor) -> None:
+        model.encoder(embedding_output)  # the encoder projects its input itself

@@ -1,4 +1,10 @@
-"""What TISA needs to know about one encoder architecture."""
+"""What TISA needs to know about one encoder architecture: one `EncoderAdapter` subclass each.
+
+Everything architecture-specific lives here and nowhere else: where the embeddings, the position table and the
+self-attention modules are, which rows of the position table real tokens use (RoBERTa's and XLM-RoBERTa's offset),
+which token type an ordinary token has, and what stands between the embeddings and the first layer (ALBERT's and
+ELECTRA's projections). Patching, the positional profiles and the analyses all ask the adapter.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PreTrainedConfig, PreTrainedModel
 
-LAYER_INDEX_KWARG = "tisa_layer_index"
+from ..attention import LAYER_INDEX_KWARG
+
+__all__ = ["LAYER_INDEX_KWARG", "AttentionSite", "EncoderAdapter"]
 
 
 @dataclass(frozen=True)
@@ -25,17 +33,43 @@ class AttentionSite:
 
 
 class EncoderAdapter:
-    """Per-architecture glue. Subclasses name the base model class and where its parts live."""
+    """Per-architecture glue. Subclasses name the model type, the base model class and where its parts live."""
 
     model_type: str
     base_model_class: type[PreTrainedModel]
+    config_class: type[PreTrainedConfig]
 
     def embeddings(self, model: PreTrainedModel) -> nn.Module:
         return model.embeddings
 
+    def position_table(self, model: PreTrainedModel) -> nn.Embedding:
+        return self.embeddings(model).position_embeddings
+
     def position_row_offset(self, model: PreTrainedModel) -> int:
         """First row of the position table that real tokens use (RoBERTa skips its padding rows)."""
         return 0
+
+    def position_rows(self, model: PreTrainedModel) -> torch.Tensor:
+        """E_P: the rows of the position table that real tokens use, in order of position."""
+        return self.position_table(model).weight[self.position_row_offset(model) :]
+
+    def embedding_output(self, model: PreTrainedModel, words: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The embedding layer's output (before dropout) for word vectors and position vectors that broadcast
+        together, with token type 0 where the architecture has token types."""
+        embeddings = self.embeddings(model)
+        hidden = words + positions
+        token_types = getattr(embeddings, "token_type_embeddings", None)
+        if token_types is not None:
+            hidden = hidden + token_types.weight[0]
+        return embeddings.LayerNorm(hidden)
+
+    def encoder_input(self, model: PreTrainedModel, embedding_output: torch.Tensor) -> torch.Tensor:
+        """What the first layer's attention sees for an embedding output (ALBERT and ELECTRA project it)."""
+        return embedding_output
+
+    def run_encoder(self, model: PreTrainedModel, embedding_output: torch.Tensor) -> None:
+        """Runs the layers on an embedding output, without a mask."""
+        model.encoder(self.encoder_input(model, embedding_output))
 
     def num_tisa_layers(self, model: PreTrainedModel) -> int:
         return model.config.num_hidden_layers
@@ -43,13 +77,9 @@ class EncoderAdapter:
     def attention_sites(self, model: PreTrainedModel) -> list[AttentionSite]:
         raise NotImplementedError
 
+    def projections(self, attention: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
+        """The query, key and value projections of a self-attention module."""
+        return attention.query, attention.key, attention.value
+
     def prepare(self, model: PreTrainedModel) -> None:
         """Structural changes the attention sites rely on (ALBERT passes its layer index down)."""
-
-    def encoder_input(self, model: PreTrainedModel, embeddings: torch.Tensor) -> torch.Tensor:
-        """Turns the embedding output into what the first layer's attention sees (ALBERT projects it)."""
-        return embeddings
-
-    def run_encoder(self, model: PreTrainedModel, embeddings: torch.Tensor) -> None:
-        """Runs the layers on an embedding output, without a mask."""
-        model.encoder(embeddings)

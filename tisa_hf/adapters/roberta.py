@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedModel, RobertaModel
+from transformers import PreTrainedModel, RobertaConfig, RobertaModel
 
 from .bert import BertAdapter
 
@@ -10,6 +10,7 @@ from .bert import BertAdapter
 class RobertaAdapter(BertAdapter):
     model_type = "roberta"
     base_model_class = RobertaModel
+    config_class = RobertaConfig
 
     def position_row_offset(self, model: PreTrainedModel) -> int:
         return model.embeddings.padding_idx + 1

@@ -21,9 +21,7 @@ VARIANCE_LEVELS = (0.5, 0.9, 0.95, 0.99)
 def position_table(model: PreTrainedModel, length: int | None = None) -> torch.Tensor:
     """E_P: the (n, d) rows of the position table that real tokens use (RoBERTa's padding rows skipped)."""
     base, adapter = find_base_model(model)
-    table = adapter.embeddings(base).position_embeddings.weight
-    rows = table[adapter.position_row_offset(base) :]
-    return rows[:length].detach().float().cpu()
+    return adapter.position_rows(base)[:length].detach().float().cpu()
 
 
 @dataclass

@@ -10,9 +10,10 @@ import transformers
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import __version__
-from ..adapters import find_base_model
+from ..adapters import base_model_type, find_base_model
+from ..attention import plain_implementation
 from ..packaged import resolve_model
-from ..patching import tisa_config_of
+from ..patching import position_table_length, tisa_config_of
 
 
 def load_model(path_or_id: str) -> PreTrainedModel:
@@ -41,7 +42,7 @@ def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
 
 def use_eager_attention(model: PreTrainedModel) -> None:
     """Switches a model to eager attention, the implementation that returns attention probabilities."""
-    if model.config._attn_implementation != "eager":
+    if plain_implementation(model.config._attn_implementation) != "eager":
         model.set_attn_implementation("eager")
 
 
@@ -49,14 +50,13 @@ def model_facts(model: PreTrainedModel, model_id: str) -> dict:
     """Model id, architecture sizes and TISA config, as recorded in metrics.json."""
     base, adapter = find_base_model(model)
     config = tisa_config_of(model)
-    table = adapter.embeddings(base).position_embeddings.weight
     return {
         "id": model_id,
-        "model_type": model.config.model_type,
+        "model_type": base_model_type(model.config.model_type),
         "num_layers": model.config.num_hidden_layers,
         "num_heads": model.config.num_attention_heads,
         "hidden_size": model.config.hidden_size,
-        "position_table_length": table.shape[0] - adapter.position_row_offset(base),
+        "position_table_length": position_table_length(base, adapter),
         "tisa": config.to_dict() if config is not None else None,
     }
 

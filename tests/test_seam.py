@@ -1,0 +1,242 @@
+"""The seam with transformers: checkpoint identity, strict loading, quiet conversion, no effect on other models."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import tiny_config
+from reference import reference_forward
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel, AutoModelForSequenceClassification, BertForSequenceClassification, BertModel
+
+import tisa_hf
+from tisa_hf.attention import ATTENTION_FUNCTIONS
+
+
+@pytest.fixture
+def plain_dir(tmp_path):
+    path = tmp_path / "plain"
+    AutoModelForSequenceClassification.from_config(tiny_config("bert", num_labels=2)).save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def tisa_dir(tmp_path, plain_dir):
+    model = AutoModelForSequenceClassification.from_pretrained(
+        plain_dir, tisa=tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
+    )
+    path = tmp_path / "tisa"
+    model.save_pretrained(path)
+    return path
+
+
+def logits(model, input_ids):
+    with torch.no_grad():
+        return model.eval()(input_ids=input_ids).logits
+
+
+def drop_weights(path, names):
+    weights = load_file(path / "model.safetensors")
+    save_file({key: value for key, value in weights.items() if key not in names}, path / "model.safetensors")
+
+
+def test_checkpoint_declares_its_tisa_model_type(tisa_dir):
+    saved = json.loads((tisa_dir / "config.json").read_text())
+    assert saved["model_type"] == "tisa_hf_bert"
+    assert saved["architectures"] == ["TisaBertForSequenceClassification"]
+    assert saved["tisa"]["num_kernels"] == 2
+    assert "auto_map" not in saved  # no remote code involved
+
+
+def test_loading_without_tisa_hf_fails_naming_the_package(tisa_dir):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from transformers import AutoModelForSequenceClassification
+        try:
+            AutoModelForSequenceClassification.from_pretrained({str(tisa_dir)!r})
+        except ValueError as error:
+            print(error)
+            sys.exit(3)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 3, result.stderr
+    assert "model type `tisa_hf_bert`" in result.stdout and "tisa_hf" in result.stdout
+
+
+def test_auto_classes_reload_with_identical_logits(tisa_dir):
+    first = AutoModelForSequenceClassification.from_pretrained(tisa_dir)
+    second = AutoModelForSequenceClassification.from_pretrained(tisa_dir)
+    assert type(first).__name__ == "TisaBertForSequenceClassification"
+    input_ids = torch.randint(1, 99, (2, 9))
+    torch.testing.assert_close(logits(first, input_ids), logits(second, input_ids), rtol=0, atol=0)
+    base = AutoModel.from_pretrained(tisa_dir)  # the encoder alone, from the same checkpoint
+    torch.testing.assert_close(base.tisa.amplitude, first.base_model.tisa.amplitude, rtol=0, atol=0)
+
+
+def test_checkpoint_of_tisa_hf_0_1_still_loads_with_its_kernels(tisa_dir, tmp_path):
+    """0.1 saved the base model type with a `tisa` dict in config.json."""
+    model = AutoModelForSequenceClassification.from_pretrained(tisa_dir)
+    legacy = tmp_path / "legacy"
+    model.save_pretrained(legacy)
+    config = json.loads((legacy / "config.json").read_text())
+    config.update(model_type="bert", architectures=["BertForSequenceClassification"])
+    (legacy / "config.json").write_text(json.dumps(config))
+    input_ids = torch.randint(1, 99, (2, 9))
+    for loader in (AutoModelForSequenceClassification, BertForSequenceClassification):
+        loaded = loader.from_pretrained(legacy)
+        assert tisa_hf.tisa_config_of(loaded) == tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
+        torch.testing.assert_close(logits(loaded, input_ids), logits(model, input_ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "dropped", [("bert.tisa.amplitude", "bert.tisa.sharpness", "bert.tisa.center"), ("bert.tisa.center",)]
+)
+def test_missing_kernels_are_an_error_naming_them(tisa_dir, dropped):
+    drop_weights(tisa_dir, dropped)
+    with pytest.raises(
+        ValueError, match="weights lack " + ", ".join(sorted(dropped)) + r"\. Pass tisa_reinitialize=True"
+    ):
+        AutoModelForSequenceClassification.from_pretrained(tisa_dir)
+
+
+def test_missing_kernels_are_started_afresh_on_purpose(tisa_dir):
+    drop_weights(tisa_dir, ("bert.tisa.center",))
+    model = AutoModelForSequenceClassification.from_pretrained(tisa_dir, tisa_reinitialize=True)
+    assert torch.isfinite(model.base_model.tisa.center).all()
+    assert model.base_model.tisa.center.abs().max() <= 64  # random centres lie in the fit window
+
+
+def test_non_finite_kernels_are_refused_at_load(tisa_dir):
+    weights = load_file(tisa_dir / "model.safetensors")
+    weights["bert.tisa.amplitude"][0, 1, 0] = float("nan")
+    save_file(weights, tisa_dir / "model.safetensors")
+    with pytest.raises(ValueError, match=r"kernels tisa\.amplitude loaded from .* hold NaN or inf"):
+        AutoModelForSequenceClassification.from_pretrained(tisa_dir)
+
+
+def test_non_finite_kernels_are_refused_at_patch_time():
+    model = AutoModel.from_config(tiny_config("bert"))
+    with torch.no_grad():
+        model.embeddings.position_embeddings.weight[3, 0] = float("inf")
+    with pytest.raises(ValueError, match="kernels .* fitted to the model's positional profiles .* hold NaN or inf"):
+        tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=2, fit_window=8))
+
+
+def test_tisa_contradicting_a_tisa_checkpoint_is_refused_before_loading(tisa_dir):
+    with pytest.raises(ValueError, match="was saved with TISA .*num_kernels=2.* tisa= asks for .*num_kernels=3"):
+        AutoModelForSequenceClassification.from_pretrained(tisa_dir, tisa={"num_kernels": 3, "mode": "replace"})
+
+
+def test_converting_a_plain_checkpoint_is_quiet(plain_dir, caplog, capfd):
+    with caplog.at_level(logging.DEBUG):
+        AutoModelForSequenceClassification.from_pretrained(
+            plain_dir, tisa=tisa_hf.TisaConfig(num_kernels=2, fit_window=8)
+        )
+    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert warnings == []
+    tisa_lines = [record.getMessage() for record in caplog.records if record.name.startswith("tisa_hf")]
+    assert len(tisa_lines) == 1 and tisa_lines[0].startswith(
+        "TISA kernels fitted to the positional profiles: mean fit R²"
+    )
+    captured = capfd.readouterr()
+    assert "MISSING" not in captured.err + captured.out + caplog.text
+
+
+def test_patch_leaves_a_shared_config_untouched():
+    config = tiny_config("bert")
+    first, second = AutoModel.from_config(config).eval(), AutoModel.from_config(config).eval()
+    input_ids = torch.randint(1, 99, (2, 7))
+    with torch.no_grad():
+        before = second(input_ids=input_ids).last_hidden_state
+    tisa_hf.patch(first, tisa_hf.TisaConfig(num_kernels=2, init="random"))
+    assert "tisa" not in config.__dict__ and config.model_type == "bert" and config._attn_implementation == "sdpa"
+    assert first.config is not config and first.config.model_type == "tisa_hf_bert"
+    third = AutoModel.from_config(config).eval()
+    assert type(third) is BertModel and not hasattr(third, "tisa")
+    with torch.no_grad():
+        torch.testing.assert_close(second(input_ids=input_ids).last_hidden_state, before, rtol=0, atol=0)
+
+
+def test_attention_implementation_stays_tisa_when_switched():
+    model = AutoModel.from_config(tiny_config("bert", tisa={"num_kernels": 2, "init": "random"})).eval()
+    input_ids = torch.randint(1, 99, (2, 7))
+    with torch.no_grad():
+        sdpa = model(input_ids=input_ids).last_hidden_state
+        model.set_attn_implementation("eager")
+        assert model.config._attn_implementation == "tisa_eager"
+        eager = model(input_ids=input_ids).last_hidden_state
+        model.config._attn_implementation = "sdpa"  # even a direct assignment names TISA's function
+        assert model.config._attn_implementation == "tisa_sdpa"
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=1e-4)
+
+
+STOCK_MODEL_SCRIPT = """
+import torch
+from transformers import AttentionInterface, BertConfig, BertForSequenceClassification
+from transformers.masking_utils import AttentionMaskInterface
+
+def stock_outputs():
+    torch.manual_seed(0)
+    results = []
+    for implementation in ("sdpa", "eager"):
+        config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=37, max_position_embeddings=40, attn_implementation=implementation)
+        model = BertForSequenceClassification(config).eval()
+        input_ids = torch.randint(1, 99, (2, 11)); mask = torch.ones_like(input_ids); mask[1, 7:] = 0
+        with torch.no_grad():
+            results.append(model(input_ids=input_ids, attention_mask=mask).logits)
+        model.train()
+        model(input_ids=input_ids, attention_mask=mask).logits.square().sum().backward()
+        results.append(model.bert.encoder.layer[0].attention.self.query.weight.grad)
+    return results
+
+functions = dict(AttentionInterface._global_mapping), dict(AttentionMaskInterface._global_mapping)
+before = stock_outputs()
+import tisa_hf
+config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=37, max_position_embeddings=40)
+patched = tisa_hf.patch(BertForSequenceClassification(config), tisa_hf.TisaConfig(num_kernels=2, init="random"))
+patched(input_ids=torch.randint(1, 99, (2, 11))).logits.sum().backward()
+after = stock_outputs()
+assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True)), "stock outputs changed"
+for registry, old in zip((AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping), functions):
+    assert all(registry[name] is function for name, function in old.items()), "a stock entry was replaced"
+    assert set(registry) - set(old) == {"tisa_eager", "tisa_sdpa", "tisa_flex_attention"}, set(registry) - set(old)
+print("bitwise")
+"""
+
+
+def test_stock_models_compute_bitwise_the_same_after_import_and_patching():
+    result = subprocess.run([sys.executable, "-c", STOCK_MODEL_SCRIPT], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "bitwise"
+
+
+def test_every_backend_has_a_tisa_function_and_mask():
+    assert set(ATTENTION_FUNCTIONS) == {"tisa_eager", "tisa_sdpa", "tisa_flex_attention"}
+
+
+def test_a_replaced_kernel_module_is_used(model_type):
+    """The attention functions look the kernels up on the encoder at each call, so a module put in their place
+    (as PEFT's `modules_to_save` does) is the one that runs."""
+    config = tiny_config(model_type, tisa={"num_kernels": 2, "init": "random"})
+    model = AutoModel.from_config(config).eval()
+    replacement = copy.deepcopy(model.tisa)
+    with torch.no_grad():
+        replacement.amplitude.mul_(3)
+    model.tisa = replacement
+    low = 3 if model_type in ("roberta", "xlm-roberta") else 1
+    input_ids = torch.randint(low, 99, (2, 7))
+    with torch.no_grad():
+        got = model(input_ids=input_ids).last_hidden_state
+    expected = reference_forward(model_type, model, input_ids, torch.ones_like(input_ids, dtype=torch.bool))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
