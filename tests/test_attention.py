@@ -23,7 +23,7 @@ def make_inputs(config, batch=3, length=9):
     return input_ids, mask
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "flex_attention"])
 @pytest.mark.parametrize("mode", ["add", "replace"])
 def test_patched_encoder_matches_reference(model_type, attn, mode):
     config = tiny_config(model_type, tisa={"num_kernels": 3, "mode": mode, "init": "random"})
