@@ -5,17 +5,20 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import torch
 from transformers import AlbertConfig, AlbertForMaskedLM, BertConfig, BertModel, BertTokenizerFast
 
 WORDS = [f"w{index}" for index in range(40)]
 
 
-def write_tiny_model(folder: Path, architecture: str = "bert", dropout: float = 0.0) -> Path:
-    """A random 2-layer encoder (hidden 32) and a word-level tokenizer, saved with save_pretrained."""
+def write_tiny_model(folder: Path, architecture: str = "bert", dropout: float = 0.0, seed: int = 0) -> Path:
+    """A random 2-layer encoder (hidden 32, weights drawn with `seed`) and a word-level tokenizer, saved with
+    save_pretrained."""
+    torch.manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    # transformers 5 tokenizers take the vocabulary itself (a `vocab_file` alone is ignored: every word is [UNK]).
+    tokenizer = BertTokenizerFast(vocab={token: index for index, token in enumerate(vocab)}, do_lower_case=True)
     common = dict(
         vocab_size=len(vocab),
         hidden_size=32,
@@ -49,9 +52,37 @@ def rte_rows(count: int, seed: int) -> list[tuple[str, str, str]]:
 
 def write_rte_tsv(folder: Path, train_rows: int = 64, dev_rows: int = 24) -> Path:
     """An RTE folder in the original GLUE format (header index/sentence1/sentence2/label)."""
+    return write_glue_tsv(folder, "rte", train_rows, dev_rows)
+
+
+def stsb_rows(count: int, seed: int) -> list[tuple[str, str, str]]:
+    """(sentence1, sentence2, score): the score (0-5) grows with the words sentence2 shares with sentence1."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        first = rng.sample(WORDS[:20], 5)
+        shared = rng.randint(0, 4)
+        second = first[:shared] + rng.sample(WORDS[20:], 4 - shared)
+        rows.append((" ".join(first), " ".join(second), f"{1.25 * shared:.2f}"))
+    return rows
+
+
+def mrpc_rows(count: int, seed: int) -> list[tuple[str, str, str]]:
+    """(sentence1, sentence2, quality): the RTE rows, a paraphrase (1) where they are an entailment."""
+    return [(a, b, "1" if label == "entailment" else "0") for a, b, label in rte_rows(count, seed)]
+
+
+def write_glue_tsv(folder: Path, task: str, train_rows: int = 64, dev_rows: int = 24) -> Path:
+    """An RTE, MRPC or STS-B folder in the original GLUE format (each task's own header and column order)."""
+    layouts = {
+        "rte": ("index\tsentence1\tsentence2\tlabel", rte_rows, "{index}\t{a}\t{b}\t{label}"),
+        "mrpc": ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", mrpc_rows, "{label}\t{index}\t{index}\t{a}\t{b}"),
+        "stsb": ("index\tsentence1\tsentence2\tscore", stsb_rows, "{index}\t{a}\t{b}\t{label}"),
+    }
+    header, rows, line = layouts[task]
     folder.mkdir(parents=True, exist_ok=True)
     for name, count, seed in (("train.tsv", train_rows, 0), ("dev.tsv", dev_rows, 1)):
-        lines = ["index\tsentence1\tsentence2\tlabel"]
-        lines += [f"{index}\t{a}\t{b}\t{label}" for index, (a, b, label) in enumerate(rte_rows(count, seed))]
+        lines = [header]
+        lines += [line.format(index=i, a=a, b=b, label=label) for i, (a, b, label) in enumerate(rows(count, seed))]
         (folder / name).write_text("\n".join(lines) + "\n")
     return folder

@@ -1,11 +1,13 @@
 import os
 
 import pytest
+import transformers
 
 from tisa_hf.config import TisaConfig
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import ARGUMENT_TYPES
 from tisa_hf.finetune.sweep import settings_to_flags
+from tisa_hf.finetune.trainer import resolve_schedule
 from tisa_hf.packaged import resolve_model
 
 
@@ -108,3 +110,57 @@ def test_tisa_option_help_comes_from_the_config_docstring(capsys):
     with pytest.raises(SystemExit):
         parse(["--help"])
     assert "largest |j - i| the fit looks at" in " ".join(capsys.readouterr().out.split())
+
+
+def training(*argv):
+    return parse(list(argv))[2]
+
+
+def test_epochs_are_the_default_and_max_steps_is_unset():
+    args = training()
+    assert (args.num_train_epochs, args.max_steps, args.warmup_steps, args.warmup_ratio) == (3.0, None, 0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-steps", "0"], "max_steps must be positive (or unset, to use num_train_epochs); got 0."),
+        (["--num-train-epochs", "0"], "num_train_epochs must be positive; got 0.0."),
+        (["--warmup-ratio", "1.5"], "warmup_steps must be >= 0 and warmup_ratio in [0, 1]; got 0 and 1.5."),
+        (
+            ["--load-best-model-at-end"],
+            "load_best_model_at_end needs eval_steps > 0: with a single evaluation at the end the best model is the "
+            "last one.",
+        ),
+    ],
+)
+def test_impossible_schedules_are_refused_when_parsed(argv, message):
+    with pytest.raises(ValueError) as error:
+        parse(argv)
+    assert str(error.value) == message
+
+
+def test_steps_from_epochs_count_optimizer_steps_with_accumulation():
+    # 17 micro-batches an epoch in groups of 4: 5 optimizer steps (the last one on a single micro-batch).
+    args = resolve_schedule(training("--num-train-epochs", "2.5", "--gradient-accumulation-steps", "4"), 17)
+    assert args.max_steps == 13  # ceil(2.5 x 5)
+    assert resolve_schedule(training("--gradient-accumulation-steps", "4"), 16).max_steps == 12  # 3 epochs of 4
+    assert resolve_schedule(training(), 10).max_steps == 30
+    assert resolve_schedule(training("--num-train-epochs", "0.01"), 10).max_steps == 1  # never 0 steps
+
+
+def test_max_steps_wins_over_epochs():
+    args = resolve_schedule(training("--num-train-epochs", "7", "--max-steps", "11"), 17)
+    assert (args.max_steps, args.num_train_epochs) == (11, 7.0)
+
+
+def test_warmup_ratio_matches_transformers_and_warmup_steps_win(tmp_path):
+    args = resolve_schedule(training("--max-steps", "804", "--warmup-ratio", "0.1"), 17)
+    assert args.warmup_steps == 81  # ceil(80.4), as transformers' Trainer rounds
+    reference = transformers.TrainingArguments(output_dir=str(tmp_path), warmup_steps=0.07)
+    odd = resolve_schedule(training("--max-steps", "100", "--warmup-ratio", "0.07"), 17)
+    assert odd.warmup_steps == reference.get_warmup_steps(100) == 8  # 0.07 x 100 = 7.000000000000001
+    assert resolve_schedule(training("--num-train-epochs", "1", "--warmup-ratio", "0.25"), 10).warmup_steps == 3
+    both = resolve_schedule(training("--max-steps", "230", "--warmup-ratio", "0.1", "--warmup-steps", "5"), 17)
+    assert both.warmup_steps == 5
+    assert resolve_schedule(training("--max-steps", "230"), 17).warmup_steps == 0

@@ -1,7 +1,10 @@
 import json
 
+import numpy as np
 import pytest
 
+from tisa_hf.finetune.metrics import glue_metrics
+from tisa_hf.finetune.predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
 from tisa_hf.finetune.report import collect, gains, main, render, score_table
 
 
@@ -92,3 +95,123 @@ def test_mode_keeps_the_baseline_and_that_mode(runs, capsys):
 def test_no_runs_is_an_error(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert f"No metrics.json under {tmp_path}" in capsys.readouterr().err
+
+
+def write_full_run(root, name, task, tisa, seed, predictions, config=None):
+    """A run folder as `tisa-hf glue` leaves it: metrics.json with its seed, config and history, and
+    predictions.json; the metrics are computed from the predictions."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    metrics = {"validation": glue_metrics(task, predictions.logits, predictions.labels)}
+    record = {
+        "task": task,
+        "model": "tiny",
+        "tisa": tisa,
+        "seed": seed,
+        "metrics": metrics,
+        "best_step": None,
+        "history": [{"step": 10, "metrics": metrics}],
+        "steps": 10,
+        "steps_per_epoch": 5,
+        "wall_time_s": 1.5,
+        "config": {"task": task, "seed": seed, "learning_rate": 1e-4, "output_dir": str(folder), **(config or {})},
+    }
+    (folder / "metrics.json").write_text(json.dumps(record))
+    (folder / PREDICTIONS_FILE).write_text(json.dumps(RunPredictions(task, 10, {"validation": predictions}).to_json()))
+
+
+def right_share(labels, accuracy, rng):
+    right = rng.random(len(labels)) < accuracy
+    return SplitPredictions(np.eye(2, dtype=np.float32)[np.where(right, labels, 1 - labels)], labels)
+
+
+@pytest.fixture
+def paired_runs(tmp_path):
+    """RTE: baseline 70%, TISA add 85% and TISA replace about as good as the baseline; STS-B: baseline and add."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 300)
+    scores = rng.uniform(0, 5, 300)
+    for seed in (1, 2, 3):
+        write_full_run(tmp_path, f"rte/base/seed-{seed}", "rte", None, seed, right_share(labels, 0.70, rng))
+        write_full_run(tmp_path, f"rte/add/seed-{seed}", "rte", tisa(5), seed, right_share(labels, 0.85, rng))
+        replace = right_share(labels, 0.70, rng)
+        write_full_run(tmp_path, f"rte/replace/seed-{seed}", "rte", tisa(5, "replace"), seed, replace)
+        noisy = SplitPredictions((scores + rng.normal(0, 2, 300))[:, None].astype(np.float32), scores)
+        write_full_run(tmp_path, f"stsb/base/seed-{seed}", "stsb", None, seed, noisy)
+    for seed in (1, 2):
+        noisier = SplitPredictions((scores + rng.normal(0, 4, 300))[:, None].astype(np.float32), scores)
+        write_full_run(tmp_path, f"stsb/add/seed-{seed}", "stsb", tisa(5), seed, noisier)
+    return tmp_path
+
+
+def test_json_record_round_trips_every_run(paired_runs, tmp_path):
+    out = tmp_path / "report.json"
+    assert main([str(paired_runs), "--json", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["runs"] == collect(paired_runs)
+    assert len(document["runs"]) == len(list(paired_runs.rglob("metrics.json"))) == 14
+    first = next(run for run in document["runs"] if run["run_dir"] == str(paired_runs / "rte/add/seed-1"))
+    assert first["variant"] == "TISA S=5 (add)" and first["seed"] == 1 and first["steps"] == 10
+    assert first["history"][0]["step"] == 10 and first["wall_time_s"] == 1.5
+    assert first["config"]["learning_rate"] == 1e-4
+    assert "paired" not in document
+
+
+def test_runs_that_differ_in_a_setting_are_different_variants(paired_runs, tmp_path):
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 50)
+    config = {"learning_rate": 3e-5, "report_to": "none", "tisa_mode": "replace"}
+    write_full_run(paired_runs, "rte/base-lr/seed-1", "rte", None, 1, right_share(labels, 0.7, rng), config)
+    variants = {(run["task"], run["variant"]) for run in collect(paired_runs)}
+    # Only the learning rate tells the baselines apart: run plumbing and TISA options of runs without TISA don't.
+    assert ("rte", "baseline (learning_rate=3e-05)") in variants
+    assert ("rte", "baseline (learning_rate=0.0001)") in variants
+    assert ("stsb", "baseline (learning_rate=0.0001)") in variants
+    assert ("rte", "TISA S=5 (add)") in variants and ("rte", "baseline") not in variants
+
+
+def test_paired_differences_to_the_baseline(paired_runs, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    argv = [str(paired_runs), "--paired", "baseline", "--bootstrap", "200", "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    entries = json.loads(out.read_text())["paired"]["differences"]
+    assert [(e["column"], e["variant"], e["seeds"]) for e in entries] == [
+        ("STS-B", "TISA S=5 (add)", [1, 2]),
+        ("RTE", "TISA S=5 (add)", [1, 2, 3]),
+        ("RTE", "TISA S=5 (replace)", [1, 2, 3]),
+    ]
+    stsb_add, rte_add, rte_replace = entries
+    runs = {(run["task"], run["variant"], run["seed"]): run for run in collect(paired_runs)}
+    for entry, metric in ((stsb_add, "pearson"), (rte_add, "accuracy")):
+        direct = [
+            100 * runs[(entry["task"], entry["variant"], s)]["metrics"]["validation"][metric]
+            - 100 * runs[(entry["task"], "baseline", s)]["metrics"]["validation"][metric]
+            for s in entry["seeds"]
+        ]
+        assert entry["differences"] == pytest.approx(direct)
+    assert rte_add["low"] < 15.0 < rte_add["high"] and rte_add["excludes_zero"]
+    assert rte_replace["low"] < 0 < rte_replace["high"] and not rte_replace["excludes_zero"]
+    assert stsb_add["high"] < 0 and stsb_add["excludes_zero"]  # noisier scores correlate less
+
+    assert "| | STS-B | RTE |" in text  # the median table is still there, followed by the paired one
+    assert "### tiny: paired differences to baseline" in text
+    cell = f"{rte_add['mean']:+.1f} [{rte_add['low']:+.1f}, {rte_add['high']:+.1f}]* (3)"
+    replace_cell = f"{rte_replace['mean']:+.1f} [{rte_replace['low']:+.1f}, {rte_replace['high']:+.1f}] (3)"
+    stsb_cell = f"{stsb_add['mean']:+.1f} [{stsb_add['low']:+.1f}, {stsb_add['high']:+.1f}]* (2)"
+    assert f"| TISA S=5 (add) | {stsb_cell} | {cell} |" in text
+    assert f"| TISA S=5 (replace) |  | {replace_cell} |" in text
+    assert f"Intervals that exclude 0: STS-B TISA S=5 (add) {stsb_cell}; RTE TISA S=5 (add) {cell}." in text
+
+
+def test_paired_needs_the_baseline_and_the_predictions(paired_runs, capsys):
+    assert main([str(paired_runs), "--paired", "TISA S=1 (add)"]) == 2
+    assert "--paired 'TISA S=1 (add)': no such variant for tiny; its variants are baseline, TISA S=5 (add)" in (
+        capsys.readouterr().err
+    )
+    (paired_runs / "rte/add/seed-2" / PREDICTIONS_FILE).unlink()
+    assert main([str(paired_runs), "--paired", "baseline"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        f"1 run(s) have no predictions.json (made before runs saved them): {paired_runs / 'rte/add/seed-2'}." in error
+    )

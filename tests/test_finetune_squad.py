@@ -147,6 +147,23 @@ def test_v1_run_reports_exact_match_and_f1(workspace, tmp_path):
     assert scores == pytest.approx(expected, abs=1e-4)
 
 
+def test_best_f1_model_is_the_run_model(workspace, tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    output = tmp_path / "best"
+    argv = squad_argv(
+        workspace, "v1", output, "--eval-steps", "2", "--load-best-model-at-end", "--learning-rate", "3e-3"
+    )
+    assert main(argv) == 0
+    result = json.loads((output / "metrics.json").read_text())
+    f1 = [entry["metrics"]["validation"]["f1"] for entry in result["history"]]
+    assert [entry["step"] for entry in result["history"]] == [2, 4, 6, 8]
+    best = f1.index(max(f1))  # the first of equal scores
+    assert result["best_step"] == 2 * (best + 1) < 8  # not the last model (CPU numbers)
+    assert result["metrics"] == result["history"][best]["metrics"]
+    expected, _ = recomputed_scores(output, workspace / "v1-dev.json", version_2=False)
+    assert result["metrics"]["validation"] == pytest.approx(expected, abs=1e-4)
+
+
 @pytest.mark.parametrize(("version", "learning_rate", "max_steps"), [("v1", 5e-5, 3649), ("v2", 3e-5, 8144)])
 def test_configs_parse_with_the_squad_settings(version, learning_rate, max_steps):
     config = str(ROOT / "configs" / "squad" / f"{version}.yaml")

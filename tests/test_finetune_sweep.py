@@ -31,12 +31,15 @@ def test_plan_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
     sweep = write_sweep(tmp_path, launcher="accelerate launch --num_processes 2")
     (tmp_path / "runs/rte/baseline/seed-1").mkdir(parents=True)
     (tmp_path / "runs/rte/baseline/seed-1/metrics.json").write_text("{}")
-    (tmp_path / "runs/rte/s3-replace/seed-2/checkpoints").mkdir(parents=True)
+    (tmp_path / "runs/rte/s3-replace/seed-2/checkpoints/step-4").mkdir(parents=True)
+    (tmp_path / "runs/rte/s3-replace/seed-2/checkpoints/step-4/trainer_state.json").write_text("{}")
+    # A best model without a complete checkpoint (killed before the first one): nothing to resume from.
+    (tmp_path / "runs/rte/s3-replace/seed-1/checkpoints/best-step-2").mkdir(parents=True)
     runs = plan(sweep)
     assert [(run.variant, run.seed, run.status) for run in runs] == [
         ("baseline", 1, "done"),
-        ("baseline", 2, "new"),
         ("s3-replace", 1, "new"),
+        ("baseline", 2, "new"),
         ("s3-replace", 2, "resume"),
     ]
     last = runs[-1].command
@@ -44,8 +47,22 @@ def test_plan_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
     assert last[last.index("--tisa.num_kernels") + 1] == "3" and last[last.index("--tisa.mode") + 1] == "replace"
     assert last[last.index("--config") + 1] == str(tmp_path / "glue" / "rte.yaml")
     assert last[-5:-1] == ["--seed", "2", "--output_dir", str(tmp_path / "runs/rte/s3-replace/seed-2")]
-    assert last[-1] == "--resume" and "--resume" not in runs[1].command
-    assert "--tisa.num_kernels" not in runs[1].command
+    assert last[-1] == "--resume" and "--resume" not in runs[1].command and "--resume" not in runs[2].command
+    assert "--tisa.num_kernels" not in runs[2].command
+
+
+def test_seeds_are_the_outer_loop(tmp_path):
+    sweep = write_sweep(tmp_path, tasks=["rte", "mrpc"], seeds=[1, 2, 3])
+    (tmp_path / "glue" / "mrpc.yaml").write_text("task: mrpc\n")
+    runs = [(run.seed, run.task, run.variant) for run in plan(sweep)]
+    cells = [(task, variant) for task in ("rte", "mrpc") for variant in ("baseline", "s3-replace")]
+    assert runs == [(seed, task, variant) for seed in (1, 2, 3) for task, variant in cells]
+
+
+def test_missing_task_config_is_refused_before_any_run(tmp_path):
+    sweep = write_sweep(tmp_path, tasks=["rte", "cola"])
+    with pytest.raises(ValueError, match=rf"no task config {tmp_path / 'glue' / 'cola.yaml'} \(set config_dir\)"):
+        plan(sweep)
 
 
 def test_bad_sweep_file_names_the_keys(tmp_path):

@@ -12,11 +12,13 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tests.finetune_fixtures import write_rte_tsv, write_tiny_model
-from tisa_hf.finetune import trainer
+from tests.finetune_fixtures import write_glue_tsv, write_rte_tsv, write_tiny_model
+from tisa_hf.finetune import glue, trainer
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import ARGUMENT_TYPES, main, run
 from tisa_hf.finetune.glue_data import get_task, load_glue
+from tisa_hf.finetune.metrics import glue_metrics
+from tisa_hf.finetune.predictions import read_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("glue")
     write_rte_tsv(root / "RTE")
+    write_glue_tsv(root / "STS-B", "stsb")
     write_tiny_model(root / "bert")
     write_tiny_model(root / "bert-dropout", dropout=0.1)
     write_tiny_model(root / "albert", architecture="albert")
@@ -48,16 +51,20 @@ def weights(folder):
     return load_file(str(Path(folder) / "model.safetensors"))
 
 
-def dev_accuracy(model_dir, workspace):
-    """Accuracy recomputed from the saved model with plain transformers, independent of the training loop."""
+def dev_logits(model_dir, workspace, task="rte"):
+    """Dev logits and labels from the saved model with plain transformers, independent of the training loop."""
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    dev = load_glue(get_task("rte"), data_dir=str(workspace))["validation"]
+    dev = load_glue(get_task(task), data_dir=str(workspace))["validation"]
     pairs = (list(dev["sentence1"]), list(dev["sentence2"]))
     inputs = tokenizer(*pairs, truncation=True, max_length=32, padding=True, return_tensors="pt")
     with torch.no_grad():
-        predictions = model(**inputs).logits.argmax(-1).numpy()
-    return float(np.mean(predictions == np.array(dev["label"])))
+        return model(**inputs).logits.numpy(), np.array(dev["label"])
+
+
+def dev_accuracy(model_dir, workspace):
+    logits, labels = dev_logits(model_dir, workspace)
+    return float(np.mean(logits.argmax(-1) == labels))
 
 
 def test_run_writes_model_metrics_and_config(workspace, tmp_path):
@@ -72,12 +79,57 @@ def test_run_writes_model_metrics_and_config(workspace, tmp_path):
     assert metrics["seed"] == 1 and metrics["steps"] == 12 and metrics["wall_time_s"] > 0
     assert set(metrics["versions"]) >= {"tisa_hf", "torch", "transformers", "accelerate", "datasets"}
     assert metrics["metrics"]["validation"]["accuracy"] == pytest.approx(dev_accuracy(output, workspace))
+    assert metrics["best_step"] is None and metrics["steps_per_epoch"] == 8  # 64 examples in batches of 8
+    predictions = read_predictions(output)  # plain JSON
+    assert (predictions.task, predictions.step, list(predictions.splits)) == ("rte", 12, ["validation"])
+    logits, labels = dev_logits(output, workspace)
+    assert np.array_equal(predictions.splits["validation"].labels, labels)
+    np.testing.assert_allclose(predictions.splits["validation"].logits, logits, atol=1e-5)
+    split = predictions.splits["validation"]
+    assert glue_metrics("rte", split.logits, split.labels) == metrics["metrics"]["validation"]
     assert yaml.safe_load((output / "run_config.yaml").read_text()) == metrics["config"]
     assert metrics["config"]["tisa_num_kernels"] == 2 and metrics["config"]["max_steps"] == 12
     reloaded = AutoModelForSequenceClassification.from_pretrained(output)
     assert tisa_hf.tisa_config_of(reloaded).num_kernels == 2
     assert not (output / "checkpoints").exists()  # removed once the run is complete
     assert list((output / "logs").rglob("events.out.tfevents.*"))  # TensorBoard is the default tracker
+
+
+def without(argv, *options):
+    """`argv` without the given options and their values."""
+    out = list(argv)
+    for option in options:
+        index = out.index(option)
+        del out[index : index + 2]
+    return out
+
+
+def test_epochs_and_warmup_ratio_set_the_schedule_and_the_progress_bar(workspace, tmp_path, monkeypatch):
+    scheduled, bars = [], []
+    original_scheduler, original_tqdm = trainer.get_scheduler, trainer.tqdm
+
+    def recording_scheduler(name, optimizer, num_warmup_steps, num_training_steps):
+        scheduled.append((num_warmup_steps, num_training_steps))
+        return original_scheduler(
+            name, optimizer, num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps
+        )
+
+    def recording_tqdm(*args, **kwargs):
+        bars.append(kwargs["total"])
+        return original_tqdm(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "get_scheduler", recording_scheduler)
+    monkeypatch.setattr(trainer, "tqdm", recording_tqdm)
+    output = tmp_path / "epochs"
+    argv = without(glue_argv(workspace, output), "--max-steps", "--warmup-steps")
+    run_glue([*argv, "--num-train-epochs", "1.5", "--gradient-accumulation-steps", "2", "--warmup-ratio", "0.25"])
+    # 64 examples in micro-batches of 4: 16 a epoch, 8 optimizer steps; 1.5 epochs = 12 steps, 3 of them warm-up.
+    assert scheduled == [(3, 12)] and bars == [12]
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert (metrics["steps"], metrics["steps_per_epoch"]) == (12, 8)
+    assert (metrics["config"]["max_steps"], metrics["config"]["warmup_steps"]) == (12, 3)
+    assert metrics["config"]["num_train_epochs"] == 1.5 and metrics["config"]["warmup_ratio"] == 0.25
+    assert yaml.safe_load((output / "run_config.yaml").read_text()) == metrics["config"]
 
 
 def test_tisa_learning_rate_is_its_own(workspace, tmp_path):
@@ -170,3 +222,90 @@ def test_two_processes_match_one_with_the_same_global_batch(workspace, tmp_path)
         )
     weights_one, weights_two = weights(single), weights(double)
     assert all(torch.allclose(weights_one[name], weights_two[name], atol=1e-5) for name in weights_one)
+
+
+def stsb_argv(workspace, output_dir, learning_rate, *extra):
+    """STS-B, whose dev Pearson moves from one evaluation to the next (RTE stays at the majority class here), with
+    dropout on, so that a resumed run must restore the RNG."""
+    argv = glue_argv(workspace, output_dir, "--task", "stsb", "--model", str(workspace / "bert-dropout"))
+    return [*argv, "--learning-rate", learning_rate, "--eval-steps", "4", "--load-best-model-at-end", *extra]
+
+
+class RecordingEvaluator(glue.GlueEvaluator):
+    """Keeps every evaluation's metrics and logits (the last one is the re-evaluation of the best model)."""
+
+    calls: list = []
+
+    def __call__(self):
+        metrics = super().__call__()
+        RecordingEvaluator.calls.append((metrics, self.outputs["validation"].logits.copy()))
+        return metrics
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")  # the steps these tests expect are CPU numbers
+    monkeypatch.setattr(glue, "GlueEvaluator", RecordingEvaluator)
+    RecordingEvaluator.calls = []
+    return RecordingEvaluator.calls
+
+
+def test_best_model_is_the_run_model_and_its_predictions(workspace, tmp_path, recording):
+    output = tmp_path / "best"
+    run_glue(stsb_argv(workspace, output, "1e-2"))
+    result = json.loads((output / "metrics.json").read_text())
+    pearson = [entry["metrics"]["validation"]["pearson"] for entry in result["history"]]
+    assert [entry["step"] for entry in result["history"]] == [4, 8, 12]
+    assert result["best_step"] == 8 and pearson[1] == max(pearson)  # neither the first nor the last evaluation
+    assert result["metrics"] == result["history"][1]["metrics"]
+    (at_best_metrics, at_best_logits), (reloaded_metrics, reloaded_logits) = recording[1], recording[3]
+    assert len(recording) == 4 and reloaded_metrics == at_best_metrics
+    assert np.array_equal(reloaded_logits, at_best_logits)
+
+    saved_logits, labels = dev_logits(output, workspace, "stsb")
+    np.testing.assert_allclose(saved_logits, at_best_logits, atol=1e-5)
+    assert not np.allclose(saved_logits, recording[2][1], atol=1e-3)  # the last step's model differs
+    predictions = read_predictions(output)
+    assert predictions.step == 8
+    assert np.array_equal(predictions.splits["validation"].logits, at_best_logits)
+    assert np.allclose(predictions.splits["validation"].labels, labels)
+    assert not (output / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "best_step", "on_disk_after_kill"),
+    [
+        # The best model (step 4) is that of the last checkpoint: the resumed process never evaluates it and must
+        # take it from disk.
+        ("3e-2", 4, ["best-step-4", "step-4"]),
+        # A new best (step 8) after the last checkpoint (whose best is step 4) is lost with the kill and found again.
+        ("1e-2", 8, ["best-step-4", "best-step-8", "step-4"]),
+    ],
+)
+def test_best_model_survives_a_kill(
+    workspace, tmp_path, monkeypatch, recording, learning_rate, best_step, on_disk_after_kill
+):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    run_glue(stsb_argv(workspace, full, learning_rate, "--checkpoint-steps", "4"))
+    save = trainer.save_checkpoint
+
+    def die_before_the_second_checkpoint(accelerator, output_dir, state):
+        if state.step == 8:
+            raise KeyboardInterrupt
+        save(accelerator, output_dir, state)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", die_before_the_second_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        run_glue(stsb_argv(workspace, killed, learning_rate, "--checkpoint-steps", "4"))
+    monkeypatch.setattr(trainer, "save_checkpoint", save)
+    assert sorted(path.name for path in (killed / "checkpoints").iterdir()) == on_disk_after_kill
+    recording.clear()
+    run_glue(stsb_argv(workspace, killed, learning_rate, "--checkpoint-steps", "4", "--resume"))
+
+    expected, resumed = (json.loads((folder / "metrics.json").read_text()) for folder in (full, killed))
+    assert resumed["best_step"] == expected["best_step"] == best_step
+    assert resumed["history"] == expected["history"] and resumed["metrics"] == expected["metrics"]
+    full_weights, resumed_weights = weights(full), weights(killed)
+    assert all(torch.equal(full_weights[name], resumed_weights[name]) for name in full_weights)
+    assert read_predictions(killed).to_json() == read_predictions(full).to_json()
+    assert [metrics for metrics, _ in recording][-1] == expected["metrics"]

@@ -98,12 +98,30 @@ class TrainingArguments:
     )
     eval_batch_size: int = field(default=64, metadata={"help": "Examples per evaluation batch, over all processes."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimizer step."})
-    max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
-    warmup_steps: int = field(default=0, metadata={"help": "Steps of linear warm-up, then linear decay to 0."})
+    num_train_epochs: float = field(
+        default=3.0,
+        metadata={"help": "Passes over the training data, rounded up to whole optimizer steps (unless --max_steps)."},
+    )
+    max_steps: int | None = field(
+        default=None, metadata={"help": "Optimizer steps; overrides --num_train_epochs when given."}
+    )
+    warmup_steps: int = field(
+        default=0, metadata={"help": "Steps of linear warm-up, then linear decay to 0; overrides --warmup_ratio."}
+    )
+    warmup_ratio: float = field(
+        default=0.0, metadata={"help": "Warm-up as a fraction of the optimizer steps (used when --warmup_steps is 0)."}
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (not on biases and norms)."})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "AdamW epsilon."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0: off)."})
     eval_steps: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only at the end)."})
+    load_best_model_at_end: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the model of the best evaluation (the task's main metric, needs --eval_steps) as the "
+            "run's model instead of the last one."
+        },
+    )
     checkpoint_steps: int = field(default=0, metadata={"help": "Save a resumable checkpoint every N steps (0: never)."})
     logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
     resume: bool = field(default=False, metadata={"help": "Continue from the latest checkpoint in output_dir."})
@@ -111,6 +129,23 @@ class TrainingArguments:
     report_to: str = field(default="tensorboard", metadata={"help": "Accelerate tracker(s), comma separated."})
     no_tracking: bool = field(default=False, metadata={"help": "Log to no tracker."})
     push_to_hub: str | None = field(default=None, metadata={"help": "Hub repo id to upload the final model to."})
+
+    def __post_init__(self) -> None:
+        """Settings that cannot work are refused here, before any data or model is loaded."""
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ValueError(f"max_steps must be positive (or unset, to use num_train_epochs); got {self.max_steps}.")
+        if self.max_steps is None and self.num_train_epochs <= 0:
+            raise ValueError(f"num_train_epochs must be positive; got {self.num_train_epochs}.")
+        if self.warmup_steps < 0 or not 0.0 <= self.warmup_ratio <= 1.0:
+            raise ValueError(
+                f"warmup_steps must be >= 0 and warmup_ratio in [0, 1]; got {self.warmup_steps} and "
+                f"{self.warmup_ratio}."
+            )
+        if self.load_best_model_at_end and self.eval_steps <= 0:
+            raise ValueError(
+                "load_best_model_at_end needs eval_steps > 0: with a single evaluation at the end the best model is "
+                "the last one."
+            )
 
 
 @dataclass

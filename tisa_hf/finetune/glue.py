@@ -1,8 +1,9 @@
 """`tisa-hf glue` / `accelerate launch -m tisa_hf.glue`: fine-tune an encoder, with or without TISA, on a GLUE task.
 
-Writes to --output-dir: the final model and tokenizer (`save_pretrained`, TISA included), `metrics.json`
-(settings, seed, versions, every evaluation, wall time), `run_config.yaml` (the resolved settings) and
-TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run finishes.
+Writes to --output-dir: the model and tokenizer (`save_pretrained`, TISA included; the final model, or with
+--load_best_model_at_end the best evaluation's), `metrics.json` (settings, seed, versions, every evaluation,
+wall time), `predictions.json` (that model's dev logits and labels), `run_config.yaml` (the resolved settings)
+and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run finishes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
-from .arguments import GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments, resolved_config
+from .arguments import GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
 from .glue_data import GlueTask, get_task, load_glue
 from .metrics import glue_metrics
-from .runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
+from .predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
+from .runs import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    resolve_settings,
+    run_record,
+    start_run,
+)
 from .trainer import build_optimizer, fit, train_dataloader
 
 logger = logging.getLogger(__name__)
@@ -30,9 +40,17 @@ logger = logging.getLogger(__name__)
 ARGUMENT_TYPES = (ModelArguments, TisaArguments, TrainingArguments, GlueDataArguments)
 
 
-def tokenize(
-    raw: datasets.DatasetDict, task: GlueTask, tokenizer: Any, max_length: int, accelerator: Accelerator
-) -> datasets.DatasetDict:
+def load_task_data(task: GlueTask, data_args: GlueDataArguments) -> datasets.DatasetDict:
+    """The task's train and dev splits from the configured source, cut to --max_train/eval_samples."""
+    raw = load_glue(task, data_args.data_dir, data_args.train_file, data_args.validation_file, data_args.dataset_name)
+    limits = {"train": data_args.max_train_samples, **dict.fromkeys(task.eval_splits, data_args.max_eval_samples)}
+    for split, limit in limits.items():
+        if limit is not None:
+            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    return raw
+
+
+def tokenize(raw: datasets.DatasetDict, task: GlueTask, tokenizer: Any, max_length: int) -> datasets.DatasetDict:
     """Truncated token ids without padding (batches are padded to their longest example by the collator)."""
 
     def encode(rows: dict[str, list]) -> dict[str, list]:
@@ -40,28 +58,31 @@ def tokenize(
         encoded["labels"] = rows["label"]
         return encoded
 
-    with accelerator.main_process_first():
-        return raw.map(encode, batched=True, remove_columns=raw["train"].column_names, desc="tokenizing")
+    return raw.map(encode, batched=True, remove_columns=raw["train"].column_names, desc="tokenizing")
 
 
-def evaluation_callback(
-    accelerator: Accelerator, model: torch.nn.Module, task: GlueTask, dataloaders: dict[str, DataLoader]
-):
-    """Metrics of every dev split, over all processes' predictions (padding duplicates dropped)."""
+class GlueEvaluator:
+    """Metrics of every dev split over all processes' predictions (padding duplicates dropped); keeps the latest
+    call's logits and labels, which become the run's predictions file."""
 
-    def evaluate() -> dict[str, dict[str, float]]:
-        results = {}
-        for split, dataloader in dataloaders.items():
+    def __init__(
+        self, accelerator: Accelerator, model: torch.nn.Module, task: GlueTask, dataloaders: dict[str, DataLoader]
+    ) -> None:
+        self.accelerator, self.model, self.task, self.dataloaders = accelerator, model, task, dataloaders
+        self.outputs: dict[str, SplitPredictions] = {}
+
+    def __call__(self) -> dict[str, dict[str, float]]:
+        for split, dataloader in self.dataloaders.items():
             logits, labels = [], []
             for batch in dataloader:
-                outputs = model(**batch)
-                gathered_logits, gathered_labels = accelerator.gather_for_metrics((outputs.logits, batch["labels"]))
-                logits.append(gathered_logits.float().cpu().numpy())
-                labels.append(gathered_labels.cpu().numpy())
-            results[split] = glue_metrics(task.name, np.concatenate(logits), np.concatenate(labels))
-        return results
-
-    return evaluate
+                outputs = self.model(**batch)
+                gathered = self.accelerator.gather_for_metrics((outputs.logits, batch["labels"]))
+                logits.append(gathered[0].float().cpu().numpy())
+                labels.append(gathered[1].cpu().numpy())
+            self.outputs[split] = SplitPredictions(np.concatenate(logits), np.concatenate(labels))
+        return {
+            split: glue_metrics(self.task.name, output.logits, output.labels) for split, output in self.outputs.items()
+        }
 
 
 def load_model(model_args: ModelArguments, tisa_args: TisaArguments, task: GlueTask):
@@ -81,33 +102,31 @@ def run(
     """One fine-tuning run; returns what it writes to metrics.json."""
     started = time.perf_counter()
     task = get_task(data_args.task)
-    config = resolved_config(model_args, tisa_args, args, data_args)
-    accelerator, batch_size = start_run(args, config)
+    accelerator, batch_size = start_run(args)
 
-    raw = load_glue(task, data_args.data_dir, data_args.train_file, data_args.validation_file, data_args.dataset_name)
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        *((s, data_args.max_eval_samples) for s in task.eval_splits),
-    ):
-        if limit is not None:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    raw = load_task_data(task, data_args)
     model, tokenizer = load_model(model_args, tisa_args, task)
-    encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length, accelerator)
+    with accelerator.main_process_first():
+        encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length)
     collate = DataCollatorWithPadding(tokenizer)
     train_loader = train_dataloader(encoded["train"], batch_size, collate, args.seed)
     eval_loaders = [
         DataLoader(encoded[split], batch_size=args.eval_batch_size, collate_fn=collate) for split in task.eval_splits
     ]
+    (_, _, args, _), config, steps_per_epoch = resolve_settings(
+        accelerator, (model_args, tisa_args, args, data_args), len(train_loader)
+    )
     optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
     model, optimizer, scheduler, train_loader, *eval_loaders = accelerator.prepare(
         model, optimizer, scheduler, train_loader, *eval_loaders
     )
     init_trackers(accelerator, "glue", config)
-    evaluate = evaluation_callback(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
-    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args)
+    evaluate = GlueEvaluator(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
+    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args, score=task.main_score)
 
-    record = run_record(task.name, model_args, tisa_args, args, state, accelerator, started, config)
-    finish_run(accelerator, model, tokenizer, args, record)
+    record = run_record(task.name, model_args, tisa_args, args, state, accelerator, started, config, steps_per_epoch)
+    predictions = RunPredictions(task.name, state.model_step, evaluate.outputs)
+    finish_run(accelerator, model, tokenizer, args, record, {PREDICTIONS_FILE: predictions.to_json()})
     return record
 
 

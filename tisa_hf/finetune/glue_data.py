@@ -17,9 +17,12 @@ import datasets
 
 @dataclass(frozen=True)
 class GlueTask:
-    """One GLUE task: its Hub columns, its original TSV layout and its dev sets.
+    """One GLUE task: its Hub columns, its original TSV layout, its main metric and its dev sets.
 
     `tsv_columns` name the TSV header fields holding (text..., label); integers are positions in header-less files.
+    `main_metric` is the score that ranks models of the task, on its first dev set: the one the TISA paper's
+    table 3 (and ALBERT's) reports, Matthews correlation for CoLA, Pearson for STS-B, accuracy elsewhere (MRPC and
+    QQP too, whose F1 is reported beside it). Reports use it by default and --load_best_model_at_end selects on it.
     `dev_files` maps each evaluation split to its TSV file name.
     """
 
@@ -28,6 +31,7 @@ class GlueTask:
     text_columns: tuple[str, ...]
     tsv_columns: tuple[str | int, ...]
     label_names: tuple[str, ...] | None
+    main_metric: str
     dev_files: tuple[tuple[str, str], ...] = (("validation", "dev.tsv"),)
 
     @property
@@ -42,28 +46,39 @@ class GlueTask:
     def eval_splits(self) -> tuple[str, ...]:
         return tuple(split for split, _ in self.dev_files)
 
+    def main_score(self, metrics: dict[str, dict[str, float]]) -> float:
+        """The main metric of the first dev set (MNLI: matched) from an evaluation's {split: {metric: value}}."""
+        return metrics[self.eval_splits[0]][self.main_metric]
+
 
 _BINARY = ("0", "1")
 _ENTAILMENT = ("entailment", "not_entailment")
 TASKS: dict[str, GlueTask] = {
     task.name: task
     for task in (
-        GlueTask("cola", "CoLA", ("sentence",), (3, 1), _BINARY),
-        GlueTask("sst2", "SST-2", ("sentence",), ("sentence", "label"), _BINARY),
-        GlueTask("mrpc", "MRPC", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"), _BINARY),
-        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"), None),
-        GlueTask("qqp", "QQP", ("question1", "question2"), ("question1", "question2", "is_duplicate"), _BINARY),
+        GlueTask("cola", "CoLA", ("sentence",), (3, 1), _BINARY, "matthews_correlation"),
+        GlueTask("sst2", "SST-2", ("sentence",), ("sentence", "label"), _BINARY, "accuracy"),
+        GlueTask(
+            "mrpc", "MRPC", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"), _BINARY, "accuracy"
+        ),
+        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"), None, "pearson"),
+        GlueTask(
+            "qqp", "QQP", ("question1", "question2"), ("question1", "question2", "is_duplicate"), _BINARY, "accuracy"
+        ),
         GlueTask(
             "mnli",
             "MNLI",
             ("premise", "hypothesis"),
             ("sentence1", "sentence2", "gold_label"),
             ("entailment", "neutral", "contradiction"),
+            "accuracy",
             (("validation_matched", "dev_matched.tsv"), ("validation_mismatched", "dev_mismatched.tsv")),
         ),
-        GlueTask("qnli", "QNLI", ("question", "sentence"), ("question", "sentence", "label"), _ENTAILMENT),
-        GlueTask("rte", "RTE", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _ENTAILMENT),
-        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _BINARY),
+        GlueTask("qnli", "QNLI", ("question", "sentence"), ("question", "sentence", "label"), _ENTAILMENT, "accuracy"),
+        GlueTask(
+            "rte", "RTE", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _ENTAILMENT, "accuracy"
+        ),
+        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _BINARY, "accuracy"),
     )
 }
 

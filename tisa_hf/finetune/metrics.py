@@ -8,44 +8,43 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-Metric = Callable[[np.ndarray, np.ndarray], dict[str, float]]
+Metric = Callable[[np.ndarray, np.ndarray], float]  # (predictions, labels) -> score
 
+METRICS: dict[str, Metric] = {
+    "accuracy": lambda predictions, labels: float(accuracy_score(labels, predictions)),
+    "f1": lambda predictions, labels: float(f1_score(labels, predictions)),  # of the positive class (1)
+    "matthews_correlation": lambda predictions, labels: float(matthews_corrcoef(labels, predictions)),
+    "pearson": lambda predictions, labels: float(pearsonr(predictions, labels)[0]),
+    "spearmanr": lambda predictions, labels: float(spearmanr(predictions, labels)[0]),
+}
 
-def accuracy(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return {"accuracy": float(accuracy_score(labels, predictions))}
-
-
-def f1_and_accuracy(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """MRPC and QQP: F1 of the positive class (1) and accuracy."""
-    return {"f1": float(f1_score(labels, predictions)), **accuracy(predictions, labels)}
-
-
-def matthews(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return {"matthews_correlation": float(matthews_corrcoef(labels, predictions))}
-
-
-def pearson_and_spearman(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """STS-B: correlations of the predicted and gold similarity scores."""
-    return {
-        "pearson": float(pearsonr(predictions, labels)[0]),
-        "spearmanr": float(spearmanr(predictions, labels)[0]),
-    }
-
-
-TASK_METRICS: dict[str, Metric] = {
-    "cola": matthews,
-    "sst2": accuracy,
-    "mrpc": f1_and_accuracy,
-    "stsb": pearson_and_spearman,
-    "qqp": f1_and_accuracy,
-    "mnli": accuracy,
-    "qnli": accuracy,
-    "rte": accuracy,
-    "wnli": accuracy,
+# Each task's official metrics (STS-B: correlations of the predicted and gold similarity scores).
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "cola": ("matthews_correlation",),
+    "sst2": ("accuracy",),
+    "mrpc": ("f1", "accuracy"),
+    "stsb": ("pearson", "spearmanr"),
+    "qqp": ("f1", "accuracy"),
+    "mnli": ("accuracy",),
+    "qnli": ("accuracy",),
+    "rte": ("accuracy",),
+    "wnli": ("accuracy",),
 }
 
 
+def predictions_from_logits(task: str, logits: np.ndarray) -> np.ndarray:
+    """Argmax for classification, the score for STS-B."""
+    return np.asarray(logits.squeeze(-1) if task == "stsb" else logits.argmax(-1))
+
+
 def glue_metrics(task: str, logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """The task's official metrics from model outputs: argmax for classification, the score for STS-B."""
-    predictions = logits.squeeze(-1) if task == "stsb" else logits.argmax(-1)
-    return TASK_METRICS[task](np.asarray(predictions), np.asarray(labels))
+    """The task's official metrics from model outputs."""
+    predictions, labels = predictions_from_logits(task, logits), np.asarray(labels)
+    return {name: METRICS[name](predictions, labels) for name in TASK_METRICS[task]}
+
+
+def glue_metric(task: str, name: str, logits: np.ndarray, labels: np.ndarray) -> float:
+    """One of the task's official metrics (what a bootstrap recomputes thousands of times)."""
+    if name not in TASK_METRICS[task]:
+        raise ValueError(f"{task} has no metric {name!r}; its metrics are {', '.join(TASK_METRICS[task])}.")
+    return METRICS[name](predictions_from_logits(task, logits), np.asarray(labels))

@@ -3,6 +3,10 @@
 One column per task (MNLI gives MNLI-m and MNLI-mm), one row per model variant (baseline, then each TISA
 setting), each cell the median over seeds of the task's score on a 0-100 scale with the number of seeds; then
 Δ, the best TISA score (S > 0) minus the baseline, and Δ%, the relative error reduction Δ / (100 - baseline) · 100.
+
+`--paired VARIANT` adds, for every other variant, the paired difference to VARIANT per seed and its bootstrap
+interval over dev examples and seeds, from the runs' predictions files; `--json FILE` writes every run's record
+(settings, seed, metrics, steps, wall time, evaluation history) and the paired differences, to recompute from.
 """
 
 from __future__ import annotations
@@ -15,22 +19,49 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .glue_data import TASKS
+import numpy as np
 
-# (column, task, dev split, metric) in the paper's column order.
-DEFAULT_COLUMNS: tuple[tuple[str, str, str, str], ...] = (
-    ("CoLA", "cola", "validation", "matthews_correlation"),
-    ("SST-2", "sst2", "validation", "accuracy"),
-    ("MRPC", "mrpc", "validation", "accuracy"),
-    ("STS-B", "stsb", "validation", "pearson"),
-    ("QQP", "qqp", "validation", "accuracy"),
-    ("MNLI-m", "mnli", "validation_matched", "accuracy"),
-    ("MNLI-mm", "mnli", "validation_mismatched", "accuracy"),
-    ("QNLI", "qnli", "validation", "accuracy"),
-    ("RTE", "rte", "validation", "accuracy"),
-    ("WNLI", "wnli", "validation", "accuracy"),
+from .glue_data import TASKS
+from .metrics import glue_metric
+from .paired import paired_bootstrap
+from .predictions import PREDICTIONS_FILE, SplitPredictions, read_predictions
+
+# (column, task, dev split) in the paper's column order; each column reports its task's main metric.
+COLUMN_SPLITS: tuple[tuple[str, str, str], ...] = (
+    ("CoLA", "cola", "validation"),
+    ("SST-2", "sst2", "validation"),
+    ("MRPC", "mrpc", "validation"),
+    ("STS-B", "stsb", "validation"),
+    ("QQP", "qqp", "validation"),
+    ("MNLI-m", "mnli", "validation_matched"),
+    ("MNLI-mm", "mnli", "validation_mismatched"),
+    ("QNLI", "qnli", "validation"),
+    ("RTE", "rte", "validation"),
+    ("WNLI", "wnli", "validation"),
+)
+# (column, task, dev split, metric)
+DEFAULT_COLUMNS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (column, task, split, TASKS[task].main_metric) for column, task, split in COLUMN_SPLITS
 )
 BASELINE = "baseline"
+# Settings that do not change what a run learns: runs that differ only in these are seeds of one variant.
+RUN_PLUMBING = frozenset(
+    {
+        "seed",
+        "output_dir",
+        "resume",
+        "report_to",
+        "no_tracking",
+        "push_to_hub",
+        "logging_steps",
+        "checkpoint_steps",
+        "eval_batch_size",
+        "data_dir",
+        "train_file",
+        "validation_file",
+        "dataset_name",
+    }
+)
 
 
 def variant_label(tisa: dict[str, Any] | None) -> str:
@@ -42,18 +73,48 @@ def variant_label(tisa: dict[str, Any] | None) -> str:
 
 
 def _variant_order(label: str) -> tuple:
-    if label == BASELINE:
-        return (0,)
-    return (1, label)
+    return (0 if label.split(" (")[0] == BASELINE else 1, label)
+
+
+def _defining_settings(result: dict[str, Any]) -> dict[str, str]:
+    """The settings of a run that can tell it apart from another variant (TISA options only when TISA is on)."""
+    config = result.get("config") or {}
+    return {
+        name: json.dumps(value, sort_keys=True)
+        for name, value in config.items()
+        if name not in RUN_PLUMBING and (result["tisa"] or not name.startswith("tisa_"))
+    }
+
+
+def label_variants(results: list[dict[str, Any]]) -> None:
+    """Sets every run's `variant`: the label of its TISA setting (`variant_label`), followed by the settings in
+    which runs of that label on one task differ, e.g. `baseline (learning_rate=0.0001)`, so that runs of different
+    settings are never pooled as seeds of one variant."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for result in results:
+        groups[(result["model"], variant_label(result["tisa"]))].append(result)
+    for (_, label), group in groups.items():
+        settings = [_defining_settings(result) for result in group]
+        values: dict[tuple[str, str], set[str | None]] = defaultdict(set)
+        for result, defining in zip(group, settings, strict=True):
+            for name in {name for other in settings for name in other}:
+                values[(result["task"], name)].add(defining.get(name))
+        differing = sorted({name for (_, name), seen in values.items() if len(seen) > 1})
+        for result, defining in zip(group, settings, strict=True):
+            shown = ", ".join(f"{name}={json.loads(defining.get(name, 'null'))}" for name in differing)
+            result["variant"] = f"{label} ({shown})" if differing else label
 
 
 def collect(runs_dir: str | Path, mode: str | None = None) -> list[dict[str, Any]]:
-    """Every run's metrics.json under `runs_dir`; with `mode`, only the baselines and the TISA runs of that mode."""
+    """Every run's metrics.json under `runs_dir`, with its folder (`run_dir`) and `variant` (`label_variants`);
+    with `mode`, only the baselines and the TISA runs of that mode."""
     paths = sorted(Path(runs_dir).rglob("metrics.json"))
     if not paths:
         raise ValueError(f"No metrics.json under {runs_dir}; point report at the folder holding the runs.")
-    results = [json.loads(path.read_text()) for path in paths]
-    return [result for result in results if mode is None or not result["tisa"] or result["tisa"]["mode"] == mode]
+    results = [{**json.loads(path.read_text()), "run_dir": str(path.parent)} for path in paths]
+    results = [result for result in results if mode is None or not result["tisa"] or result["tisa"]["mode"] == mode]
+    label_variants(results)
+    return results
 
 
 def score_table(
@@ -65,7 +126,7 @@ def score_table(
         for column, task, split, metric in columns:
             value = result["metrics"].get(split, {}).get(metric) if result["task"] == task else None
             if value is not None:
-                scores[(result["model"], variant_label(result["tisa"]), column)].append(100.0 * value)
+                scores[(result["model"], result["variant"], column)].append(100.0 * value)
     table: dict[str, dict[str, dict[str, dict[str, float | int]]]] = defaultdict(lambda: defaultdict(dict))
     for (model, variant, column), values in scores.items():
         table[model][variant][column] = {
@@ -118,6 +179,128 @@ def render(table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT
     return "\n\n".join(blocks) + "\n\n" + note + "\n"
 
 
+def _paired_runs(results: list[dict[str, Any]], baseline: str) -> dict[tuple[str, str, str], dict[int, dict[str, Any]]]:
+    """{(model, task, variant): {seed: run}}, refusing runs without a seed, duplicate seeds and a missing baseline."""
+    runs: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for result in results:
+        if result.get("seed") is None:
+            raise ValueError(f"{result['run_dir']}/metrics.json names no seed, so it cannot be paired; rerun it.")
+        seeds = runs[(result["model"], result["task"], result["variant"])]
+        other = seeds.get(result["seed"])
+        if other is not None:
+            raise ValueError(
+                f"{other['run_dir']} and {result['run_dir']} are both seed {result['seed']} of {result['variant']} on "
+                f"{result['task']}; keep one of them in the folder to pair them."
+            )
+        seeds[result["seed"]] = result
+    for model in sorted({model for model, _, _ in runs}):
+        variants = sorted({variant for m, _, variant in runs if m == model}, key=_variant_order)
+        if baseline not in variants:
+            raise ValueError(
+                f"--paired {baseline!r}: no such variant for {model}; its variants are {', '.join(variants)}."
+            )
+    return runs
+
+
+def paired_differences(
+    results: list[dict[str, Any]],
+    baseline: str,
+    columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """For every model, column and variant other than `baseline` that shares seeds with it: the per-seed paired
+    differences in points and their mean with a 95% bootstrap interval (`paired_bootstrap`), computed with the
+    column's metric from the runs' predictions files."""
+    runs = _paired_runs(results, baseline)
+    pairs = []
+    for (model, task, variant), by_seed in runs.items():
+        base = runs.get((model, task, baseline), {})
+        common = sorted(set(by_seed) & set(base))
+        if variant == baseline or not common:
+            continue
+        for column, column_task, split, metric in columns:
+            if column_task == task:
+                pairs.append((model, column, task, split, metric, variant, {s: (by_seed[s], base[s]) for s in common}))
+    needed = sorted({run["run_dir"] for *_, seeds in pairs for both in seeds.values() for run in both})
+    missing = [run_dir for run_dir in needed if not (Path(run_dir) / PREDICTIONS_FILE).is_file()]
+    if missing:
+        raise ValueError(
+            f"--paired needs the dev predictions of every paired run; {len(missing)} run(s) have no "
+            f"{PREDICTIONS_FILE} (made before runs saved them): {', '.join(missing)}. Rerun them or leave out --paired."
+        )
+    predictions = {run_dir: read_predictions(run_dir) for run_dir in needed}
+
+    entries = []
+    for model, column, task, split, metric, variant, seeds in pairs:
+        sides = [{s: predictions[both[side]["run_dir"]].splits[split] for s, both in seeds.items()} for side in (0, 1)]
+        difference = paired_bootstrap(*sides, _metric_in_points(task, metric), replicates, seed)
+        entries.append(
+            {
+                "model": model,
+                "column": column,
+                "task": task,
+                "split": split,
+                "metric": metric,
+                "variant": variant,
+                "baseline": baseline,
+                "seeds": list(difference.seeds),
+                "differences": list(difference.differences),
+                "mean": difference.mean,
+                "low": difference.low,
+                "high": difference.high,
+                "excludes_zero": difference.excludes_zero,
+            }
+        )
+    column_order = [column for column, *_ in columns]
+    entries.sort(key=lambda e: (e["model"], _variant_order(e["variant"]), column_order.index(e["column"])))
+    return entries
+
+
+def _metric_in_points(task: str, metric: str):
+    """The paired score: the task's own metric (`glue_metric`) x 100 on the dev examples at the given indices."""
+
+    def score(predictions: SplitPredictions, indices: np.ndarray) -> float:
+        return 100.0 * glue_metric(task, metric, predictions.logits[indices], predictions.labels[indices])
+
+    return score
+
+
+def render_paired(
+    entries: list[dict[str, Any]],
+    columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS,
+    replicates: int = 1000,
+) -> str:
+    """One table per model: a row per variant, each cell mean [95% interval] (seeds), * where it excludes 0."""
+    blocks = []
+    for model in sorted({entry["model"] for entry in entries}):
+        mine = [entry for entry in entries if entry["model"] == model]
+        cells = {(entry["variant"], entry["column"]): entry for entry in mine}
+        used = [column for column, *_ in columns if any(entry["column"] == column for entry in mine)]
+        baseline = mine[0]["baseline"]
+        lines = [f"### {model}: paired differences to {baseline}", "", "| | " + " | ".join(used) + " |"]
+        lines.append("|---" * (len(used) + 1) + "|")
+        for variant in sorted({entry["variant"] for entry in mine}, key=_variant_order):
+            row = [_paired_cell(cells[(variant, column)]) if (variant, column) in cells else "" for column in used]
+            lines.append(f"| {variant} | " + " | ".join(row) + " |")
+        blocks.append("\n".join(lines))
+    excluding = [
+        f"{entry['column']} {entry['variant']} {_paired_cell(entry)}" for entry in entries if entry["excludes_zero"]
+    ]
+    note = (
+        "Cells: variant minus baseline in points, the mean over seeds of the difference on the same dev examples, "
+        f"[95% bootstrap interval over dev examples and seeds, {replicates} resamples] (paired seeds); "
+        "* the interval excludes 0.\n\n"
+        + ("Intervals that exclude 0: " + "; ".join(excluding) + "." if excluding else "No interval excludes 0.")
+    )
+    return "\n\n".join(blocks) + "\n\n" + note + "\n"
+
+
+def _paired_cell(entry: dict[str, Any]) -> str:
+    star = "*" if entry["excludes_zero"] else ""
+    return f"{entry['mean']:+.1f} [{entry['low']:+.1f}, {entry['high']:+.1f}]{star} ({len(entry['seeds'])})"
+
+
 def parse_metric_overrides(values: list[str]) -> tuple[tuple[str, str, str, str], ...]:
     """`--metric mrpc=f1` picks another metric for every column of that task."""
     chosen = {}
@@ -138,14 +321,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mode", choices=("add", "replace"), help="Only the baselines and the TISA runs of this mode (table 3a / 3b)."
     )
+    parser.add_argument(
+        "--paired",
+        metavar="VARIANT",
+        help="Also the paired difference of every other variant to VARIANT (a row name, e.g. baseline), with a 95%% "
+        "bootstrap interval over dev examples and seeds; needs the runs' predictions.json.",
+    )
+    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
+    parser.add_argument("--json", help="Write every run's record (and the paired differences) here as JSON.")
     options = parser.parse_args(argv)
     try:
         columns = parse_metric_overrides(options.metric)
-        text = render(score_table(collect(options.runs_dir, options.mode), columns), columns, spread=options.spread)
+        results = collect(options.runs_dir, options.mode)
+        text = render(score_table(results, columns), columns, spread=options.spread)
+        document: dict[str, Any] = {"runs": results}
+        if options.paired:
+            entries = paired_differences(results, options.paired, columns, options.bootstrap, options.bootstrap_seed)
+            text += "\n" + render_paired(entries, columns, options.bootstrap)
+            document["paired"] = {
+                "baseline": options.paired,
+                "replicates": options.bootstrap,
+                "bootstrap_seed": options.bootstrap_seed,
+                "confidence": 0.95,
+                "differences": entries,
+            }
     except ValueError as error:
         print(f"tisa-hf report: {error}", file=sys.stderr)
         return 2
     print(text)
     if options.out:
         Path(options.out).write_text(text)
+    if options.json:
+        Path(options.json).write_text(json.dumps(document, indent=1))
     return 0

@@ -24,8 +24,21 @@ from transformers import AutoTokenizer
 
 from .. import __version__
 from ..packaged import resolve_model
-from .arguments import ModelArguments, TisaArguments, TrainingArguments, parse_arguments
-from .trainer import CHECKPOINTS_DIR, TrainerState, build_accelerator, micro_batch_size
+from .arguments import (
+    ModelArguments,
+    TisaArguments,
+    TrainingArguments,
+    parse_arguments,
+    resolved_config,
+)
+from .trainer import (
+    CHECKPOINTS_DIR,
+    TrainerState,
+    build_accelerator,
+    micro_batch_size,
+    optimizer_steps_per_epoch,
+    resolve_schedule,
+)
 
 
 def load_model_and_tokenizer(auto_class: type, model_args: ModelArguments, tisa_args: TisaArguments, **config: Any):
@@ -49,8 +62,8 @@ def versions() -> dict[str, str]:
     }
 
 
-def start_run(args: TrainingArguments, config: dict[str, Any]) -> tuple[Accelerator, int]:
-    """The accelerator and the data-loader batch size; checks the batch sizes, writes run_config.yaml, seeds."""
+def start_run(args: TrainingArguments) -> tuple[Accelerator, int]:
+    """The accelerator and the data-loader batch size; checks the batch sizes, creates the run folder, seeds."""
     accelerator = build_accelerator(args)
     batch_size = micro_batch_size(args, accelerator.num_processes)
     if args.eval_batch_size % accelerator.num_processes:
@@ -58,11 +71,25 @@ def start_run(args: TrainingArguments, config: dict[str, Any]) -> tuple[Accelera
             f"eval_batch_size {args.eval_batch_size} must be a multiple of the {accelerator.num_processes} processes."
         )
     if accelerator.is_main_process:
-        output_dir = Path(args.output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     set_seed(args.seed)
     return accelerator, batch_size
+
+
+def resolve_settings(
+    accelerator: Accelerator, settings: tuple[Any, ...], num_batches: int
+) -> tuple[tuple[Any, ...], dict[str, Any], int]:
+    """Once the training data is loaded (`num_batches` micro-batches an epoch): the parsed settings with the step
+    and warm-up counts resolved (`resolve_schedule`), their flat config, written to run_config.yaml, and the
+    optimizer steps per epoch."""
+    settings = tuple(
+        resolve_schedule(value, num_batches) if isinstance(value, TrainingArguments) else value for value in settings
+    )
+    args = next(value for value in settings if isinstance(value, TrainingArguments))
+    config = resolved_config(*settings)
+    if accelerator.is_main_process:
+        (Path(args.output_dir) / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return settings, config, optimizer_steps_per_epoch(num_batches, args.gradient_accumulation_steps)
 
 
 def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]) -> None:
@@ -80,17 +107,21 @@ def run_record(
     accelerator: Accelerator,
     started: float,
     config: dict[str, Any],
+    steps_per_epoch: int,
 ) -> dict[str, Any]:
-    """What metrics.json holds: settings, seed, versions, every evaluation (the last one as `metrics`), wall time."""
+    """What metrics.json holds: settings, seed, versions, every evaluation, the saved model's evaluation as
+    `metrics` (the last one, or with --load_best_model_at_end the one of `best_step`), steps, wall time."""
     tisa = tisa_args.tisa_config()
     return {
         "task": task,
         "model": model_args.model,
         "tisa": tisa.to_dict() if tisa else None,
         "seed": args.seed,
-        "metrics": state.history[-1]["metrics"],
+        "metrics": state.metrics,
+        "best_step": state.best_step,
         "history": state.history,
         "steps": state.step,
+        "steps_per_epoch": steps_per_epoch,
         "num_processes": accelerator.num_processes,
         "wall_time_s": time.perf_counter() - started,
         "versions": versions(),
@@ -99,15 +130,23 @@ def run_record(
 
 
 def finish_run(
-    accelerator: Accelerator, model: torch.nn.Module, tokenizer: Any, args: TrainingArguments, record: dict[str, Any]
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    args: TrainingArguments,
+    record: dict[str, Any],
+    documents: dict[str, Any] | None = None,
 ) -> None:
-    """Saves the model and tokenizer and metrics.json, drops the checkpoints, pushes to the Hub when asked, and
+    """Saves the model and tokenizer, the JSON `documents` ({file name: content}, e.g. dev predictions) and
+    metrics.json, last, since it marks the run finished; drops the checkpoints, pushes to the Hub when asked, and
     ends the trackers and the process group."""
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         output_dir = Path(args.output_dir)
         accelerator.unwrap_model(model).save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
+        for name, content in (documents or {}).items():
+            (output_dir / name).write_text(json.dumps(content))
         (output_dir / "metrics.json").write_text(json.dumps(record, indent=2))
         shutil.rmtree(output_dir / CHECKPOINTS_DIR, ignore_errors=True)
         if args.push_to_hub:

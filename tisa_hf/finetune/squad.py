@@ -2,9 +2,9 @@
 or v2.0 (`--version_2_with_negative`) and score it with the official EM/F1 (v2: also HasAns/NoAns and the best
 no-answer threshold).
 
-Writes to --output-dir what `tisa-hf glue` writes: the final model and tokenizer (`save_pretrained`, TISA
-included), `metrics.json`, `run_config.yaml` and TensorBoard logs; resumable checkpoints live in `checkpoints/`
-until the run finishes.
+Writes to --output-dir what `tisa-hf glue` writes: the model and tokenizer (`save_pretrained`, TISA included;
+the final model, or with --load_best_model_at_end the one of the best dev F1), `metrics.json`, `run_config.yaml`
+and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run finishes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
-from .arguments import ModelArguments, TisaArguments, TrainingArguments, resolved_config
-from .runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
+from .arguments import ModelArguments, TisaArguments, TrainingArguments
+from .runs import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    resolve_settings,
+    run_record,
+    start_run,
+)
 from .squad_data import SquadArguments, build_squad_task
 from .trainer import build_optimizer, fit, train_dataloader
 
@@ -30,6 +38,11 @@ from .trainer import build_optimizer, fit, train_dataloader
 ARGUMENT_TYPES = (ModelArguments, TisaArguments, TrainingArguments, SquadArguments)
 
 EVAL_SPLIT = "validation"
+MAIN_METRIC = "f1"  # the official scripts' F1 (v2.0: over all questions, at no-answer threshold 0)
+
+
+def main_score(metrics: dict[str, dict[str, float]]) -> float:
+    return metrics[EVAL_SPLIT][MAIN_METRIC]
 
 
 def task_name(squad_args: SquadArguments) -> str:
@@ -62,23 +75,27 @@ def run(
 ) -> dict[str, Any]:
     """One fine-tuning run; returns what it writes to metrics.json."""
     started = time.perf_counter()
-    config = resolved_config(model_args, tisa_args, args, squad_args)
-    accelerator, batch_size = start_run(args, config)
+    accelerator, batch_size = start_run(args)
     model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, model_args, tisa_args)
     with accelerator.main_process_first():
         train_dataset, eval_dataset, _, compute_metrics = build_squad_task(squad_args, tokenizer)
     # Features are padded to max_seq_length already, so the default collator only stacks them.
     train_loader = train_dataloader(train_dataset, batch_size, default_data_collator, args.seed)
     eval_loader = DataLoader(eval_dataset, batch_size=args.eval_batch_size, collate_fn=default_data_collator)
+    (_, _, args, _), config, steps_per_epoch = resolve_settings(
+        accelerator, (model_args, tisa_args, args, squad_args), len(train_loader)
+    )
     optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
     model, optimizer, scheduler, train_loader, eval_loader = accelerator.prepare(
         model, optimizer, scheduler, train_loader, eval_loader
     )
     init_trackers(accelerator, task_name(squad_args), config)
     evaluate = evaluation_callback(accelerator, model, eval_loader, compute_metrics)
-    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args)
+    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args, score=main_score)
 
-    record = run_record(task_name(squad_args), model_args, tisa_args, args, state, accelerator, started, config)
+    record = run_record(
+        task_name(squad_args), model_args, tisa_args, args, state, accelerator, started, config, steps_per_epoch
+    )
     finish_run(accelerator, model, tokenizer, args, record)
     return record
 

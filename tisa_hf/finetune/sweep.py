@@ -1,7 +1,9 @@
 """`tisa-hf sweep --config SWEEP.yaml`: every (task, variant, seed) run of a grid, one process launch each.
 
-Finished runs (their metrics.json exists) are skipped and runs with a checkpoint are resumed, so a sweep that
-was killed continues where it stopped when started again. Sweep file keys:
+Seeds are the outer loop: every (task, variant) runs its first seed before any runs its second, so a sweep
+stopped part-way leaves a balanced comparison (the same seeds for every configuration). Finished runs (their
+metrics.json exists) are skipped and runs with a complete checkpoint are resumed, so a sweep that was killed
+continues where it stopped when started again. Sweep file keys:
 
     model: albert-base-v2            # any --model value
     output_dir: runs/table3a         # runs go to OUTPUT_DIR/TASK/VARIANT/seed-SEED
@@ -26,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .trainer import CHECKPOINTS_DIR
+from .trainer import latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -72,23 +74,25 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
 
 
 def plan(sweep_path: str | Path) -> list[PlannedRun]:
-    """Every run of the grid with its command line and whether it is done, to resume, or new."""
+    """Every run of the grid, seed by seed (then task, then variant), with its command line and whether it is
+    done, to resume, or new."""
     sweep = load_sweep(sweep_path)
     config_dir = (Path(sweep_path).parent / sweep.get("config_dir", "../glue")).resolve()
     launcher = shlex.split(sweep["launcher"]) if sweep.get("launcher") else [sys.executable]
-    runs = []
-    for task in sweep["tasks"]:
-        task_config = config_dir / f"{task}.yaml"
+    task_configs = {task: config_dir / f"{task}.yaml" for task in sweep["tasks"]}
+    for task_config in task_configs.values():
         if not task_config.is_file():
             raise ValueError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
-        for variant, variant_settings in sweep["variants"].items():
-            for seed in sweep["seeds"]:
+    runs = []
+    for seed in sweep["seeds"]:
+        for task, task_config in task_configs.items():
+            for variant, variant_settings in sweep["variants"].items():
                 output_dir = Path(sweep["output_dir"], task, variant, f"seed-{seed}")
                 status = (
                     "done"
                     if (output_dir / "metrics.json").is_file()
                     else "resume"
-                    if (output_dir / CHECKPOINTS_DIR).is_dir()
+                    if latest_checkpoint(output_dir) is not None
                     else "new"
                 )
                 command = [*launcher, "-m", "tisa_hf.glue", "--config", str(task_config)]

@@ -1,12 +1,14 @@
 """A task-agnostic Accelerate training loop: AdamW with linear warm-up/decay, gradient accumulation, periodic
-evaluation, resumable checkpoints and tracker logging. GLUE and SQuAD plug in their model, data and an
-`evaluate` callback.
+evaluation, keeping the best evaluation's model, resumable checkpoints and tracker logging. GLUE and SQuAD plug
+in their model, data, an `evaluate` callback and the score that ranks evaluations.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
+from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -27,17 +30,50 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINTS_DIR = "checkpoints"
 TRAINER_STATE = "trainer_state.json"
+BEST_MODEL_PREFIX = "best-step-"
+BEST_MODEL_FILE = "model.safetensors"
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
-Evaluate = Callable[[], dict[str, float]]
+Evaluate = Callable[[], dict[str, Any]]
+Score = Callable[[dict[str, Any]], float]  # an evaluation's metrics -> the number that ranks it (higher is better)
 
 
 @dataclass
 class TrainerState:
-    """What a checkpoint needs beyond Accelerate's state: the step reached and the evaluations so far."""
+    """What a checkpoint needs beyond Accelerate's state: the step reached, the evaluations so far and the best
+    one (with --load_best_model_at_end). `metrics` is the evaluation of the model `fit` returns; not checkpointed."""
 
     step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int | None = None
+    best_score: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_step(self) -> int:
+        """The step whose weights `fit` returns."""
+        return self.step if self.best_step is None else self.best_step
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        return {"step": self.step, "history": self.history, "best_step": self.best_step, "best_score": self.best_score}
+
+
+def optimizer_steps_per_epoch(num_batches: int, accumulation: int) -> int:
+    """As transformers' Trainer counts them: a partial accumulation at the end of an epoch is a step too."""
+    return max(math.ceil(num_batches / accumulation), 1)
+
+
+def resolve_schedule(args: TrainingArguments, num_batches: int) -> TrainingArguments:
+    """`args` with `max_steps` and `warmup_steps` set to what the run does, as transformers' Trainer resolves them:
+    ceil(num_train_epochs x optimizer steps per epoch) unless --max_steps is given, and ceil(warmup_ratio x steps)
+    unless --warmup_steps > 0. `num_batches` is the training data loader's length (micro-batches per epoch).
+
+    The loop below draws micro-batches back to back across epochs, so with an accumulation that does not divide
+    the batches of an epoch, an epoch's worth of steps reaches a few micro-batches into the next epoch."""
+    per_epoch = optimizer_steps_per_epoch(num_batches, args.gradient_accumulation_steps)
+    max_steps = args.max_steps if args.max_steps is not None else math.ceil(args.num_train_epochs * per_epoch)
+    warmup_steps = args.warmup_steps if args.warmup_steps > 0 else math.ceil(args.warmup_ratio * max_steps)
+    return dataclasses.replace(args, max_steps=max_steps, warmup_steps=warmup_steps)
 
 
 def build_accelerator(args: TrainingArguments) -> Accelerator:
@@ -101,6 +137,9 @@ def parameter_groups(model: nn.Module, args: TrainingArguments, tisa_lr: float |
 
 
 def build_optimizer(model: nn.Module, args: TrainingArguments, tisa_lr: float | None = None):
+    """AdamW and the linear schedule; `args` must come from `resolve_schedule`."""
+    if args.max_steps is None:
+        raise ValueError("build_optimizer needs resolved settings: pass the arguments through resolve_schedule.")
     optimizer = torch.optim.AdamW(parameter_groups(model, args, tisa_lr), lr=args.learning_rate, eps=args.adam_epsilon)
     scheduler = get_scheduler(
         "linear", optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps
@@ -117,21 +156,59 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 
 def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: TrainerState) -> None:
     """Model, optimizer, scheduler and RNG (Accelerate, safetensors weights), then the trainer state; older
-    checkpoints are removed once the new one is complete."""
+    checkpoints, and best models this one does not refer to, are removed once the new one is complete."""
     directory = Path(output_dir, CHECKPOINTS_DIR, f"step-{state.step}")
     accelerator.save_state(str(directory), safe_serialization=True)
     if accelerator.is_main_process:
-        (directory / TRAINER_STATE).write_text(json.dumps({"step": state.step, "history": state.history}))
+        (directory / TRAINER_STATE).write_text(json.dumps(state.checkpoint_fields()))
         for old in Path(output_dir, CHECKPOINTS_DIR).glob("step-*"):
             if old != directory:
                 shutil.rmtree(old)
+        prune_best_models(output_dir, keep={state.best_step})
     accelerator.wait_for_everyone()
 
 
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> TrainerState:
     accelerator.load_state(str(checkpoint))
     saved = json.loads((checkpoint / TRAINER_STATE).read_text())
-    return TrainerState(step=saved["step"], history=saved["history"])
+    return TrainerState(**{name: saved.get(name) for name in TrainerState().checkpoint_fields()})
+
+
+def best_model_dir(output_dir: str | Path, step: int) -> Path:
+    return Path(output_dir, CHECKPOINTS_DIR, f"{BEST_MODEL_PREFIX}{step}")
+
+
+def prune_best_models(output_dir: str | Path, keep: set[int | None]) -> None:
+    """Removes the saved best models other than those of the steps in `keep`.
+
+    A new best model does not replace the one the latest checkpoint refers to until the next checkpoint is
+    complete: a run killed in between resumes from that checkpoint and needs its best model."""
+    for folder in Path(output_dir, CHECKPOINTS_DIR).glob(f"{BEST_MODEL_PREFIX}*"):
+        if int(folder.name.removeprefix(BEST_MODEL_PREFIX)) not in keep:
+            shutil.rmtree(folder)
+
+
+def _checkpointed_best_step(output_dir: str | Path) -> int | None:
+    checkpoint = latest_checkpoint(output_dir)
+    return None if checkpoint is None else json.loads((checkpoint / TRAINER_STATE).read_text()).get("best_step")
+
+
+def _track_best(
+    accelerator: Accelerator, model: nn.Module, state: TrainerState, score: Score, output_dir: str | Path
+) -> None:
+    """After an evaluation: when it beats the best so far (strictly, so ties keep the earlier model; NaN never
+    wins), the model is saved as safetensors under checkpoints/best-step-N (on disk, so --resume keeps it)."""
+    value = float(score(state.history[-1]["metrics"]))
+    best = state.best_score
+    if best is not None and (math.isnan(value) or not (math.isnan(best) or value > best)):
+        return
+    state.best_step, state.best_score = state.step, value
+    if accelerator.is_main_process:
+        folder = best_model_dir(output_dir, state.step)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_model(accelerator.unwrap_model(model), str(folder / BEST_MODEL_FILE))
+        prune_best_models(output_dir, keep={state.step, _checkpointed_best_step(output_dir)})
+    accelerator.wait_for_everyone()
 
 
 def _batches_from(accelerator: Accelerator, dataloader: DataLoader, position: int) -> Iterable:
@@ -152,9 +229,15 @@ def fit(
     dataloader: DataLoader,
     evaluate: Evaluate,
     args: TrainingArguments,
+    score: Score,
 ) -> TrainerState:
-    """Trains prepared objects for `args.max_steps` optimizer steps, resuming from the latest checkpoint when
-    `args.resume`; returns the final state, whose history ends with the final evaluation."""
+    """Trains prepared objects for `args.max_steps` optimizer steps (resolved by `resolve_schedule`), resuming
+    from the latest checkpoint when `args.resume`.
+
+    Returns the final state: its history ends with the final evaluation. The model is left holding the run's
+    result, the final weights or, with `args.load_best_model_at_end`, those of the evaluation with the highest
+    `score` (`state.best_step`); `state.metrics` is that model's evaluation, and the last `evaluate()` call was
+    made on it, so a callback that keeps its outputs holds that model's predictions."""
     state = TrainerState()
     if args.resume:
         checkpoint = latest_checkpoint(args.output_dir)
@@ -163,6 +246,8 @@ def fit(
         else:
             state = load_checkpoint(accelerator, checkpoint)
             logger.info("Resumed from %s", checkpoint)
+    if accelerator.is_main_process:
+        prune_best_models(args.output_dir, keep={state.best_step})  # best models of a lost (or another) run
     accumulation = args.gradient_accumulation_steps
     progress = tqdm(
         total=args.max_steps, initial=state.step, desc="training", disable=not accelerator.is_local_main_process
@@ -193,23 +278,42 @@ def fit(
             running_loss.zero_()
             running_count = 0
         if state.step == args.max_steps or (args.eval_steps and state.step % args.eval_steps == 0):
-            _evaluate(accelerator, model, evaluate, state)
+            _evaluate(accelerator, model, evaluate, state, args, score)
         if args.checkpoint_steps and state.step % args.checkpoint_steps == 0 and state.step < args.max_steps:
             save_checkpoint(accelerator, args.output_dir, state)
     progress.close()
     if not state.history or state.history[-1]["step"] != state.step:
-        _evaluate(accelerator, model, evaluate, state)
+        _evaluate(accelerator, model, evaluate, state, args, score)
+    state.metrics = state.history[-1]["metrics"]
+    if args.load_best_model_at_end and state.best_step != state.step:
+        load_model(accelerator.unwrap_model(model), best_model_dir(args.output_dir, state.best_step) / BEST_MODEL_FILE)
+        logger.info("Loaded the best model, of step %d (score %s)", state.best_step, state.best_score)
+        state.metrics = _run_evaluation(model, evaluate)  # its predictions, for the callback to keep
     return state
 
 
-def _evaluate(accelerator: Accelerator, model: nn.Module, evaluate: Evaluate, state: TrainerState) -> None:
+def _run_evaluation(model: nn.Module, evaluate: Evaluate) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
         metrics = evaluate()
     model.train()
+    return metrics
+
+
+def _evaluate(
+    accelerator: Accelerator,
+    model: nn.Module,
+    evaluate: Evaluate,
+    state: TrainerState,
+    args: TrainingArguments,
+    score: Score,
+) -> None:
+    metrics = _run_evaluation(model, evaluate)
     state.history.append({"step": state.step, "metrics": metrics})
     accelerator.log({f"eval/{name}": value for name, value in flatten_metrics(metrics).items()}, step=state.step)
     logger.info("step %d: %s", state.step, metrics)
+    if args.load_best_model_at_end:
+        _track_best(accelerator, model, state, score, args.output_dir)
 
 
 def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
