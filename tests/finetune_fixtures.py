@@ -5,31 +5,43 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from transformers import AlbertConfig, AlbertForMaskedLM, BertConfig, BertModel, BertTokenizerFast
+from transformers import (
+    AlbertConfig,
+    AlbertForMaskedLM,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    BertTokenizerFast,
+)
 
 WORDS = [f"w{index}" for index in range(40)]
 
 
-def write_tiny_model(folder: Path, architecture: str = "bert", dropout: float = 0.0) -> Path:
-    """A random 2-layer encoder (hidden 32) and a word-level tokenizer, saved with save_pretrained."""
+def write_tiny_model(
+    folder: Path, architecture: str = "bert", dropout: float = 0.0, masked_lm: bool = False, positions: int = 64
+) -> Path:
+    """A random 2-layer encoder (hidden 32, `positions` table rows; with an MLM head if `masked_lm`) and a
+    word-level tokenizer, saved with save_pretrained."""
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    # transformers 5 takes the vocabulary as `vocab` (a `vocab_file` keyword is silently ignored)
+    tokenizer = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
     common = dict(
         vocab_size=len(vocab),
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=positions,
         hidden_dropout_prob=dropout,
         attention_probs_dropout_prob=dropout,
     )
     if architecture == "albert":
-        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=dropout, **common)).albert
+        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=dropout, **common))
+        model = model if masked_lm else model.albert
     else:
-        model = BertModel(BertConfig(**common))
+        model = (BertForMaskedLM if masked_lm else BertModel)(BertConfig(**common))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -55,3 +67,16 @@ def write_rte_tsv(folder: Path, train_rows: int = 64, dev_rows: int = 24) -> Pat
         lines += [f"{index}\t{a}\t{b}\t{label}" for index, (a, b, label) in enumerate(rte_rows(count, seed))]
         (folder / name).write_text("\n".join(lines) + "\n")
     return folder
+
+
+def write_wikitext(path: Path, articles: int = 10, paragraphs: int = 3, words: int = 40, seed: int = 0) -> Path:
+    """A text in WikiText's layout: ` = Title = ` articles with ` = = Section = = ` headings, `@-@` and `<unk>`."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(articles):
+        lines += ["", f" = {rng.choice(WORDS)} {rng.choice(WORDS)} = ", ""]
+        for _ in range(paragraphs):
+            sentence = " ".join(rng.choice(WORDS) for _ in range(words))
+            lines += [f" {sentence} , <unk> @-@ {rng.choice(WORDS)} . ", "", f" = = {rng.choice(WORDS)} = = ", ""]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,6 +1,6 @@
 """A task-agnostic Accelerate training loop: AdamW with linear warm-up/decay, gradient accumulation, periodic
 evaluation, resumable checkpoints and tracker logging. GLUE and SQuAD plug in their model, data and an
-`evaluate` callback.
+`evaluate` callback; adaptation trains in stages (a curriculum of data loaders, one after the other).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,15 @@ def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> TrainerState:
     return TrainerState(step=saved["step"], history=saved["history"])
 
 
+@dataclass
+class TrainingStage:
+    """`steps` optimizer steps on batches of `dataloader`, epoch after epoch; `name` shows in the progress bar."""
+
+    dataloader: DataLoader
+    steps: int
+    name: str = ""
+
+
 def _batches_from(accelerator: Accelerator, dataloader: DataLoader, position: int) -> Iterable:
     """Micro-batches from `position` (counted over all epochs) on, epoch after epoch."""
     per_epoch = len(dataloader)
@@ -144,17 +153,37 @@ def _batches_from(accelerator: Accelerator, dataloader: DataLoader, position: in
         epoch, skip = epoch + 1, 0
 
 
+def _staged_batches(
+    accelerator: Accelerator, stages: Sequence[TrainingStage], position: int, accumulation: int
+) -> Iterator[tuple[TrainingStage, Any]]:
+    """(stage, micro-batch) from `position` (counted over all stages) on: each stage for its steps, in order.
+    A stage entered mid-way (on resume) continues where its own count of micro-batches left off."""
+    for stage in stages:
+        size = stage.steps * accumulation
+        if position < size:
+            batches = _batches_from(accelerator, stage.dataloader, position)
+            for _ in range(size - position):
+                yield stage, next(batches)
+        position = max(0, position - size)
+
+
 def fit(
     accelerator: Accelerator,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    dataloader: DataLoader,
+    train_data: DataLoader | Sequence[TrainingStage],
     evaluate: Evaluate,
     args: TrainingArguments,
 ) -> TrainerState:
     """Trains prepared objects for `args.max_steps` optimizer steps, resuming from the latest checkpoint when
-    `args.resume`; returns the final state, whose history ends with the final evaluation."""
+    `args.resume`; returns the final state, whose history ends with the final evaluation.
+
+    `train_data` is one data loader for all steps, or stages whose steps add up to `args.max_steps`; the
+    learning-rate schedule runs over all of them. `model(**batch).loss` is the loss minimised."""
+    stages = [TrainingStage(train_data, args.max_steps)] if isinstance(train_data, DataLoader) else train_data
+    if sum(stage.steps for stage in stages) != args.max_steps:
+        raise ValueError(f"The training stages add up to {sum(s.steps for s in stages)} steps, not {args.max_steps}.")
     state = TrainerState()
     if args.resume:
         checkpoint = latest_checkpoint(args.output_dir)
@@ -169,9 +198,11 @@ def fit(
     )
     model.train()
     running_loss, running_count = torch.zeros((), device=accelerator.device), 0
-    batches = _batches_from(accelerator, dataloader, state.step * accumulation)
+    batches = _staged_batches(accelerator, stages, state.step * accumulation, accumulation)
     while state.step < args.max_steps:
-        batch = next(batches)
+        stage, batch = next(batches)
+        if stage.name:
+            progress.set_description(f"training ({stage.name})", refresh=False)
         with accelerator.accumulate(model):
             loss = model(**batch).loss
             accelerator.backward(loss)
