@@ -1,6 +1,7 @@
 """`tisa-hf adapt`: text packing, the objectives against reference computations, the curriculum, exact resume,
 the refused requests and what an adapted model is good for (loading, GLUE fine-tuning, the model card)."""
 
+import copy
 import json
 import os
 import subprocess
@@ -72,36 +73,39 @@ def test_articles_split_at_titles_and_blocks_are_full(workspace):
     assert blocks[:, 1:-1].flatten().tolist() == stream[: blocks.shape[0] * 14]
 
 
-@pytest.mark.parametrize("loss", ["cosine", "mse"])
-@pytest.mark.parametrize("layers", ["last", "all"])
-def test_distill_loss_is_zero_when_the_student_is_the_teacher(layers, loss):
-    teacher = AutoModel.from_config(tiny_config("bert")).eval()
-    same = AutoModel.from_config(tiny_config("bert"))
-    same.load_state_dict(teacher.state_dict())
-    # TISA in add mode with f = 0 leaves the model as it was: a patched student that equals its teacher.
-    zero_kernels = tisa_hf.patch(same, tisa_hf.TisaConfig(num_kernels=2, mode="add", init="zeros")).eval()
-    input_ids = torch.randint(5, 99, (3, 12))
-    output = DistillationObjective(zero_kernels, teacher, layers, loss)(input_ids)
-    assert output.loss.item() == pytest.approx(0.0, abs=1e-6)
-    assert output.counts.tolist() == [12, 12, 12]
+def copy_of(teacher, tisa):
+    return tisa_hf.patch(copy.deepcopy(teacher), tisa).eval()
 
-    replace = AutoModel.from_config(tiny_config("bert"))
-    replace.load_state_dict(teacher.state_dict())
-    student = tisa_hf.patch(replace, tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")).eval()
-    output = DistillationObjective(student, teacher, layers, loss)(input_ids)
-    with torch.no_grad():
-        first, last = (1, None) if layers == "all" else (-1, None)
-        pairs = zip(
-            student(input_ids, output_hidden_states=True).hidden_states[first:last],
-            teacher(input_ids, output_hidden_states=True).hidden_states[first:last],
-            strict=True,
-        )
-        if loss == "cosine":
-            expected = [(1 - F.cosine_similarity(s, t, dim=-1)).mean() for s, t in pairs]
-        else:
-            expected = [F.mse_loss(s, t) for s, t in pairs]
-    assert output.loss.item() == pytest.approx(torch.stack(expected).mean().item(), rel=1e-5)
-    assert output.loss.item() > 1e-3
+
+@torch.no_grad()
+def reference_distance(student, teacher, input_ids, layers, loss):
+    """Mean over the matched layers of the mean per-token distance, from the models' own hidden states."""
+    first = 1 if layers == "all" else -1  # every layer after the embeddings, or the last
+    pairs = zip(
+        student(input_ids, output_hidden_states=True).hidden_states[first:],
+        teacher(input_ids, output_hidden_states=True).hidden_states[first:],
+        strict=True,
+    )
+    if loss == "cosine":
+        return torch.stack([(1 - F.cosine_similarity(s, t, dim=-1)).mean() for s, t in pairs]).mean().item()
+    return torch.stack([F.mse_loss(s, t) for s, t in pairs]).mean().item()
+
+
+def test_distill_loss_is_zero_when_the_student_is_the_teacher(model_type):
+    teacher = AutoModel.from_config(tiny_config(model_type)).eval()
+    # TISA in add mode with f = 0 leaves the model as it was: a patched student that equals its teacher.
+    same = copy_of(teacher, tisa_hf.TisaConfig(num_kernels=2, mode="add", init="zeros"))
+    other = copy_of(teacher, tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random"))
+    input_ids = torch.randint(5, 99, (3, 12))
+    for layers in ("last", "all"):
+        for loss in ("cosine", "mse"):
+            output = DistillationObjective(same, teacher, layers, loss)(input_ids)
+            assert output.loss.item() == pytest.approx(0.0, abs=1e-6)
+            assert output.counts.tolist() == [12, 12, 12]
+            output = DistillationObjective(other, teacher, layers, loss)(input_ids)
+            expected = reference_distance(other, teacher, input_ids, layers, loss)
+            assert output.loss.item() == pytest.approx(expected, rel=1e-5) and expected > 1e-3
+            assert output.sums.sum().item() / output.counts.sum().item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_masked_only_logits_give_the_full_logit_loss(model_type, workspace):
