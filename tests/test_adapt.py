@@ -1,7 +1,6 @@
 """`tisa-hf adapt`: text packing, the objectives against reference computations, the curriculum, exact resume,
 the refused requests and what an adapted model is good for (loading, GLUE fine-tuning, the model card)."""
 
-import copy
 import json
 import os
 import subprocess
@@ -74,7 +73,11 @@ def test_articles_split_at_titles_and_blocks_are_full(workspace):
 
 
 def copy_of(teacher, tisa):
-    return tisa_hf.patch(copy.deepcopy(teacher), tisa).eval()
+    """The teacher's weights in a TISA model built by its class (as `from_pretrained` builds the student)."""
+    model = AutoModel.from_config(tisa_hf.tisa_model_config(teacher.config, tisa))
+    missing, unexpected = model.load_state_dict(teacher.state_dict(), strict=False)
+    assert not unexpected and all(".tisa." in f".{key}" for key in missing)
+    return model.eval()
 
 
 @torch.no_grad()
@@ -108,6 +111,7 @@ def test_distill_loss_is_zero_when_the_student_is_the_teacher(model_type):
             assert output.sums.sum().item() / output.counts.sum().item() == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "albert", "xlm-roberta"])
 def test_masked_only_logits_give_the_full_logit_loss(model_type, workspace):
     model = AutoModelForMaskedLM.from_config(tiny_config(model_type)).eval()
     tokenizer = AutoTokenizer.from_pretrained(workspace / "bert")  # only its [MASK] token is used here
@@ -346,3 +350,16 @@ def test_two_processes_match_one(workspace, tmp_path):
     assert double["num_processes"] == 2 and single["num_processes"] == 1
     for length, loss in single["metrics"]["held_out_loss"].items():
         assert double["metrics"]["held_out_loss"][length] == pytest.approx(loss, rel=1e-3)
+
+
+@pytest.mark.parametrize("model_type", ["electra", "distilbert"])
+def test_heads_of_several_modules_are_refused_before_loading(model_type, workspace, tmp_path, monkeypatch, capsys):
+    folder = tmp_path / model_type
+    AutoModelForMaskedLM.from_config(tiny_config(model_type)).save_pretrained(folder)
+    monkeypatch.setattr(adapt_run, "build_objective", lambda *args: pytest.fail("a model was loaded"))
+    argv = adapt_argv(workspace, tmp_path / "run", "--objective", "mlm")
+    argv[argv.index("--model") + 1] = str(folder)
+    assert adapt_run.main(argv) == 2
+    error = capsys.readouterr().err
+    assert "ForMaskedLM has no MLM head in one module (modules besides the encoder: " in error
+    assert "Use distillation." in error and not (tmp_path / "run").exists()

@@ -136,6 +136,6 @@ def test_one_mlm_head_for_every_model(models, tmp_path, capsys):
     assert "lm_eval.json exists; choose another --out or pass --overwrite." in capsys.readouterr().err
     argv = [teacher, "--mlm-head", encoder, "--text", str(models / "test.txt"), "--lengths", "8"]
     assert lm_eval.main([*argv, "--out", str(tmp_path / "other")]) == 2
-    assert "holds no MLM head (its config names BertModel)" in capsys.readouterr().err
+    assert "holds no MLM head (its config names TisaBertModel)" in capsys.readouterr().err
     assert lm_eval.main([teacher, "--text", str(models / "test.txt"), "--lengths", "4096", "--out", "x"]) == 2
     assert "is too short for --lengths 4096: it gives no block of that length." in capsys.readouterr().err

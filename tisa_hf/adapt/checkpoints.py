@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoConfig, AutoModel, PreTrainedConfig
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedConfig
 
 from ..adapters import find_base_model
 from ..config import TisaConfig
-from ..finetune.arguments import resolve_model_path
-from ..patching import embeddings_length
+from ..modeling import plain_model_config
+from ..packaged import resolve_model
+from ..patching import position_table_length
+from .objectives import mlm_head_of
 
 # Architectures whose checkpoints hold an MLM head that AutoModelForMaskedLM loads.
 MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
@@ -24,6 +25,7 @@ class CheckpointFacts:
 
     name: str
     path: str
+    config: PreTrainedConfig
     tisa: TisaConfig | None
     has_mlm_head: bool
     table_length: int
@@ -32,18 +34,22 @@ class CheckpointFacts:
 
     @classmethod
     def read(cls, name: str) -> CheckpointFacts:
-        path = resolve_model_path(name)
+        path = resolve_model(name)
         try:
             config = AutoConfig.from_pretrained(path)
         except (OSError, ValueError) as error:
             raise ValueError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from None
         architectures = tuple(config.architectures or ())
+        tisa = getattr(config, "tisa", None)
+        with torch.device("meta"):  # the architecture without its weights
+            base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
         return cls(
             name=name,
             path=path,
-            tisa=TisaConfig.from_value(config.tisa) if config.tisa else None,
+            config=config,
+            tisa=TisaConfig.from_value(tisa) if tisa else None,
             has_mlm_head=any(name.endswith(MLM_HEAD_SUFFIXES) for name in architectures),
-            table_length=position_table_length(config),
+            table_length=position_table_length(base, adapter),
             architectures=architectures,
             vocab_size=config.vocab_size,
         )
@@ -56,11 +62,7 @@ class CheckpointFacts:
     def reads(self, length: int) -> bool:
         return self.any_length or length <= self.table_length
 
-
-def position_table_length(config: PreTrainedConfig) -> int:
-    """Positions the model's table gives real tokens, from a weightless copy built on the meta device."""
-    config = copy.deepcopy(config)
-    config.tisa = None
-    with torch.device("meta"):
-        base, adapter = find_base_model(AutoModel.from_config(config))
-    return embeddings_length(base, adapter)
+    def check_mlm_head_module(self) -> None:
+        """A ValueError, before any weights load, if the architecture's MLM head is not one module."""
+        with torch.device("meta"):
+            mlm_head_of(AutoModelForMaskedLM.from_config(plain_model_config(self.config)))

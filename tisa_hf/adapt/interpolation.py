@@ -41,8 +41,9 @@ class PositionInterpolation:
         base, adapter = find_base_model(model)
         self.model = model
         self.embeddings = adapter.embeddings(base)
+        self.table = adapter.position_table(base)
         self.row_offset = adapter.position_row_offset(base)
-        self.original = self.embeddings.position_embeddings.weight.detach().clone()
+        self.original = self.table.weight.detach().clone()
 
     @property
     def table_length(self) -> int:
@@ -50,13 +51,14 @@ class PositionInterpolation:
 
     def stretch_to(self, length: int) -> PreTrainedModel:
         """The model with a table of max(length, T) positions (rows before the offset, e.g. RoBERTa's padding
-        rows, are kept); its default position and token-type ids are extended to match."""
+        rows, are kept); the embeddings' default position and token-type id buffers are extended to match."""
         kept, positions = self.original[: self.row_offset], self.original[self.row_offset :]
         rows = torch.cat([kept, interpolated_rows(positions, length)])
-        table = self.embeddings.position_embeddings
-        table.weight = nn.Parameter(rows, requires_grad=False)
-        table.num_embeddings = rows.shape[0]
-        device = rows.device
-        self.embeddings.position_ids = torch.arange(rows.shape[0], device=device).expand(1, -1)
-        self.embeddings.token_type_ids = torch.zeros(1, rows.shape[0], dtype=torch.long, device=device)
+        self.table.weight = nn.Parameter(rows, requires_grad=False)
+        self.table.num_embeddings = count = rows.shape[0]
+        buffers = self.embeddings._buffers
+        if "position_ids" in buffers:
+            buffers["position_ids"] = torch.arange(count, device=rows.device).expand(1, -1)
+        if "token_type_ids" in buffers:
+            buffers["token_type_ids"] = torch.zeros(1, count, dtype=torch.long, device=rows.device)
         return self.model

@@ -31,8 +31,8 @@ from matplotlib.figure import Figure
 from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
-from ..finetune.arguments import resolve_model_path
 from ..finetune.runs import versions
+from ..packaged import resolve_model
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
 from .objectives import masked_token_losses, mlm_head_of
@@ -151,6 +151,8 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
             f"--mlm-head {args.mlm_head} holds no MLM head (its config names {', '.join(head_source.architectures)}); "
             "give the output of `tisa-hf adapt --objective mlm --train head`."
         )
+    for facts in [head_source] if head_source else [spec.facts for spec in specs if spec.facts.has_mlm_head]:
+        facts.check_mlm_head_module()
     if teacher is None and head_source is None and not any(spec.facts.has_mlm_head for spec in specs):
         raise ValueError(
             "Nothing to measure: give --teacher (agreement) or an MLM head (--mlm-head, or a *ForMaskedLM model)."
@@ -159,7 +161,7 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     if len({facts.vocab_size for facts in everyone}) > 1:
         sizes = ", ".join(f"{facts.name}: {facts.vocab_size}" for facts in everyone)
         raise ValueError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(args.tokenizer or (teacher or specs[0].facts).path))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.tokenizer or (teacher or specs[0].facts).path))
     documents = tokenize_articles(read_articles(args.text), tokenizer)
     if not block_count(documents, lengths[-1]):
         raise ValueError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")

@@ -44,11 +44,16 @@ class ObjectiveOutput(ModelOutput):
 
 def mlm_head_of(model: PreTrainedModel) -> nn.Module:
     """The MLM head of a `*ForMaskedLM` model: its one child module besides the encoder (BERT's `cls`, RoBERTa's
-    `lm_head`, ALBERT's `predictions`), which maps hidden states (..., hidden) to logits (..., vocabulary)."""
-    heads = [module for module in model.children() if module is not model.base_model]
+    and XLM-RoBERTa's `lm_head`, ALBERT's `predictions`), which maps hidden states (..., hidden) to logits
+    (..., vocabulary). ELECTRA's and DistilBERT's heads are spread over several modules and are refused."""
+    heads = {name: module for name, module in model.named_children() if module is not model.base_model}
     if model.base_model is model or len(heads) != 1:
-        raise ValueError(f"{type(model).__name__} has no single MLM head; load the model with AutoModelForMaskedLM.")
-    return heads[0]
+        found = ", ".join(heads) or "none"
+        raise ValueError(
+            f"{type(model).__name__} has no MLM head in one module (modules besides the encoder: {found}); the "
+            "masked-LM objective and measure take heads like BERT's, RoBERTa's and ALBERT's. Use distillation."
+        )
+    return next(iter(heads.values()))
 
 
 def token_distances(student: torch.Tensor, teacher: torch.Tensor, loss: DistillLoss) -> torch.Tensor:

@@ -29,9 +29,10 @@ from torch.utils.data import DataLoader, StackDataset
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, default_data_collator
 
 from ..config import TisaConfig
-from ..finetune.arguments import ModelArguments, resolve_model_path, resolved_config
+from ..finetune.arguments import ModelArguments, resolved_config
 from ..finetune.runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
 from ..finetune.trainer import TrainingStage, build_optimizer, fit, train_dataloader
+from ..packaged import resolve_model
 from .arguments import AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
 from .objectives import DistillationObjective, MaskedLMObjective, mlm_head_of
@@ -83,6 +84,8 @@ def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt
                 "options (fit the head on the original model, or on an already adapted one)."
             )
         return facts.tisa
+    if adapt_args.objective == "mlm":
+        facts.check_mlm_head_module()
     if adapt_args.objective == "mlm" and not facts.has_mlm_head:
         raise ValueError(
             f"--objective mlm needs an MLM head and {name} has none (its config names "
@@ -171,7 +174,7 @@ def plan_adaptation(
     facts = CheckpointFacts.read(model_args.model)
     tisa = _check_settings(facts, tisa_args, adapt_args)
     _check_lengths(facts, tisa, args, adapt_args)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model_args.tokenizer or model_args.model))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_args.tokenizer or model_args.model))
     articles = read_articles(adapt_args.train_text)
     train, held_out = split_articles(articles, adapt_args.held_out_fraction)
     documents = (tokenize_articles(train, tokenizer), tokenize_articles(held_out, tokenizer) if held_out else [])
