@@ -6,14 +6,28 @@ import random
 from pathlib import Path
 
 import torch
-from transformers import AlbertConfig, AlbertForMaskedLM, BertConfig, BertModel, BertTokenizerFast
+from transformers import (
+    AlbertConfig,
+    AlbertForMaskedLM,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    BertTokenizerFast,
+)
 
 WORDS = [f"w{index}" for index in range(40)]
 
 
-def write_tiny_model(folder: Path, architecture: str = "bert", dropout: float = 0.0, seed: int = 0) -> Path:
-    """A random 2-layer encoder (hidden 32, weights drawn with `seed`) and a word-level tokenizer, saved with
-    save_pretrained."""
+def write_tiny_model(
+    folder: Path,
+    architecture: str = "bert",
+    dropout: float = 0.0,
+    seed: int = 0,
+    masked_lm: bool = False,
+    positions: int = 64,
+) -> Path:
+    """A random 2-layer encoder (hidden 32, `positions` table rows, weights drawn with `seed`; with an MLM head if
+    `masked_lm`) and a word-level tokenizer, saved with save_pretrained."""
     torch.manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
@@ -25,14 +39,15 @@ def write_tiny_model(folder: Path, architecture: str = "bert", dropout: float = 
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=positions,
         hidden_dropout_prob=dropout,
         attention_probs_dropout_prob=dropout,
     )
     if architecture == "albert":
-        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=dropout, **common)).albert
+        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=dropout, **common))
+        model = model if masked_lm else model.albert
     else:
-        model = BertModel(BertConfig(**common))
+        model = (BertForMaskedLM if masked_lm else BertModel)(BertConfig(**common))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -86,3 +101,16 @@ def write_glue_tsv(folder: Path, task: str, train_rows: int = 64, dev_rows: int 
         lines += [line.format(index=i, a=a, b=b, label=label) for i, (a, b, label) in enumerate(rows(count, seed))]
         (folder / name).write_text("\n".join(lines) + "\n")
     return folder
+
+
+def write_wikitext(path: Path, articles: int = 10, paragraphs: int = 3, words: int = 40, seed: int = 0) -> Path:
+    """A text in WikiText's layout: ` = Title = ` articles with ` = = Section = = ` headings, `@-@` and `<unk>`."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(articles):
+        lines += ["", f" = {rng.choice(WORDS)} {rng.choice(WORDS)} = ", ""]
+        for _ in range(paragraphs):
+            sentence = " ".join(rng.choice(WORDS) for _ in range(words))
+            lines += [f" {sentence} , <unk> @-@ {rng.choice(WORDS)} . ", "", f" = = {rng.choice(WORDS)} = = ", ""]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -240,3 +240,11 @@ def test_a_replaced_kernel_module_is_used(model_type):
         got = model(input_ids=input_ids).last_hidden_state
     expected = reference_forward(model_type, model, input_ids, torch.ones_like(input_ids, dtype=torch.bool))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_patched_model_returns_hidden_states_and_attentions():
+    model = AutoModel.from_config(tiny_config("bert"), attn_implementation="eager").eval()
+    tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=2, init="random"))
+    with torch.no_grad():
+        outputs = model(input_ids=torch.randint(1, 99, (1, 6)), output_hidden_states=True, output_attentions=True)
+    assert len(outputs.hidden_states) == 4 and len(outputs.attentions) == 3

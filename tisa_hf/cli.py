@@ -13,6 +13,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "squad": ("tisa_hf.finetune.squad", "Fine-tune and evaluate on SQuAD v1.1 / v2.0."),
     "sweep": ("tisa_hf.finetune.sweep", "Run a grid of fine-tuning runs, resumably."),
     "report": ("tisa_hf.finetune.report", "Results table (the TISA paper's table 3 layout)."),
+    "adapt": ("tisa_hf.adapt.run", "Adapt a pretrained encoder to TISA on plain text (distillation or masked LM)."),
+    "lm-eval": ("tisa_hf.adapt.lm_eval", "Teacher agreement and masked-token loss against input length."),
     "push": ("tisa_hf.hub", "Upload a run's model with a model card to the Hub."),
     "bench": ("tisa_hf.bench", "Speed and memory of TISA against plain attention."),
 }

@@ -63,9 +63,10 @@ def read_run_metrics(run_dir: Path) -> dict[str, Any]:
     missing = [key for key in METRICS_KEYS if key not in record]
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}; it needs the keys {', '.join(METRICS_KEYS)}.")
-    for key in ("task", "model"):
-        if key not in record["config"]:
-            raise ValueError(f'{path}: "config" lacks "{key}".')
+    if "model" not in record["config"]:
+        raise ValueError(f'{path}: "config" lacks "model".')
+    if "task" not in record and "task" not in record["config"]:
+        raise ValueError(f'{path} names no task: it needs "task" at the top or in "config".')
     return record
 
 
@@ -139,6 +140,36 @@ def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResu
     return dataset, results
 
 
+TRAINED = {"kernels": "the TISA kernels only", "all": "the TISA kernels and all weights", "head": "an MLM head only"}
+
+
+def adaptation_section(record: dict[str, Any]) -> str:
+    """How `tisa-hf adapt` adapted the model (metrics.json's `adaptation`), with the held-out loss per length."""
+    adaptation = record["adaptation"]
+    if adaptation["objective"] == "distill":
+        layers = "the last layer's" if adaptation["distill_layers"] == "last" else "every layer's"
+        distance = "1 - cosine" if adaptation["distill_loss"] == "cosine" else "the mean squared error"
+        objective = (
+            f"Distilled from the unpatched `{adaptation['teacher']}`: {layers} hidden states matched to the "
+            f"teacher's by {distance} per token."
+        )
+    else:
+        objective = f"Masked-LM training, {adaptation['mlm_probability']:.0%} of the tokens masked."
+    articles = adaptation["articles"]
+    held_out = record["metrics"].get("held_out_loss", {})
+    rows = [
+        [stage["length"], stage["steps"], stage["blocks"], f"{held_out[str(stage['length'])]:.4f}" if held_out else "-"]
+        for stage in adaptation["curriculum"]
+    ]
+    return (
+        f"## Adaptation\n\n{objective} Trained: {TRAINED[adaptation['train']]}, on `{adaptation['text']}` "
+        f"({articles['train']} articles; {articles['held_out']} held out), {adaptation['batch_size']} blocks of "
+        f"packed text per step, block lengths short to long (seed {record['seed']}, "
+        f"{float(record['wall_time_s']):.0f} s).\n\n"
+        + _table(["block length", "steps", "training blocks", "held-out loss"], rows)
+    )
+
+
 def _auto_class_name(architecture: str) -> str:
     """`TisaBertForSequenceClassification` -> `AutoModelForSequenceClassification`; a base model -> `AutoModel`."""
     head = architecture.partition("For")[2]
@@ -162,25 +193,27 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     run_dir = Path(run_dir)
     record = read_run_metrics(run_dir)
     run_config, metrics = record["config"], record["metrics"]
-    task, base_model = str(run_config["task"]), str(run_config["model"])
+    task, base_model = str(record.get("task") or run_config["task"]), str(run_config["model"])
+    adaptation = record.get("adaptation")
     model = load_run_model(run_dir)
     name = repo_id or str(run_dir)
-    dataset, results = eval_results(task, metrics)
+    dataset, results = (None, []) if adaptation else eval_results(task, metrics)
     tisa = tisa_config_of(model)
 
     card_data = ModelCardData(
         model_name=name,
         base_model=base_model if HUB_ID.match(base_model) and not Path(base_model).exists() else None,
         library_name="transformers",
-        datasets=[dataset],
+        datasets=[dataset] if dataset else None,
         tags=["tisa", "tisa-hf", "translation-invariant-self-attention", task.lower()],
         eval_results=results or None,
     )
 
     counts = count_positional_parameters(model)
     unpatched = unpatched_positional_parameters(run_dir)
+    purpose = "adapted to" if adaptation else f"fine-tuned on {task} with"
     sections = [
-        f"# {name}\n\n`{base_model}` fine-tuned on {task} with translation-invariant self-attention (TISA, "
+        f"# {name}\n\n`{base_model}` {purpose} translation-invariant self-attention (TISA, "
         "Wennberg & Henter 2021): each head of each layer adds `f(j - i)` to its attention logits, with "
         "`f(k) = sum_s a_s exp(-|b_s| (k - c_s)^2)`.",
         f"## Model\n\n- Base model: `{base_model}`\n- Architecture: `{type(model).__name__}` "
@@ -212,11 +245,14 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
             f"## Scoring functions\n\nThe learned f(k) for |k| <= {max_offset}, one panel per layer, one line per "
             f"head:\n\n![TISA scoring functions]({KERNEL_PLOT})"
         )
-    metric_rows = [[result.metric_type, f"{result.metric_value:.4f}"] for result in results]
-    sections.append(
-        f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, training and evaluation took "
-        f"{float(record['wall_time_s']):.0f} s).\n\n" + _table(["metric", "value"], metric_rows)
-    )
+    if adaptation:
+        sections.append(adaptation_section(record))
+    else:
+        metric_rows = [[result.metric_type, f"{result.metric_value:.4f}"] for result in results]
+        sections.append(
+            f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, training and evaluation took "
+            f"{float(record['wall_time_s']):.0f} s).\n\n" + _table(["metric", "value"], metric_rows)
+        )
     sections.append(
         "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "
         f"(`{model.config.model_type}`) with transformers' Auto classes.\n\n"

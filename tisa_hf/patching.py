@@ -12,6 +12,7 @@ import logging
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from .adapters import EncoderAdapter, find_base_model
 from .attention import BIAS_ATTRIBUTE, SITE_ATTRIBUTE, TisaSite
@@ -178,6 +179,7 @@ def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreT
         if getattr(module, "config", None) is old_config:
             module.config = new_config
     model.__class__ = tisa_model_class(type(model))
+    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs  # what __init__ registers for output capture, per class
     new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
         old_config._attn_implementation
     )

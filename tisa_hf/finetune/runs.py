@@ -93,8 +93,13 @@ def resolve_settings(
 
 
 def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]) -> None:
+    """Starts the trackers with the settings as hyper-parameters (TensorBoard takes only numbers, strings and
+    booleans, so None and lists are written as text)."""
     accelerator.init_trackers(
-        project, config={key: str(value) if value is None else value for key, value in config.items()}
+        project,
+        config={
+            key: value if isinstance(value, (bool, int, float, str)) else str(value) for key, value in config.items()
+        },
     )
 
 

@@ -1,6 +1,7 @@
 """A task-agnostic Accelerate training loop: AdamW with linear warm-up/decay, gradient accumulation, periodic
 evaluation, keeping the best evaluation's model, resumable checkpoints and tracker logging. GLUE and SQuAD plug
-in their model, data, an `evaluate` callback and the score that ranks evaluations.
+in their model, data, an `evaluate` callback and the score that ranks evaluations; adaptation trains in stages (a
+curriculum of data loaders, one after the other).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 import logging
 import math
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,15 @@ def _track_best(
     accelerator.wait_for_everyone()
 
 
+@dataclass
+class TrainingStage:
+    """`steps` optimizer steps on batches of `dataloader`, epoch after epoch; `name` shows in the progress bar."""
+
+    dataloader: DataLoader
+    steps: int
+    name: str = ""
+
+
 def _batches_from(accelerator: Accelerator, dataloader: DataLoader, position: int) -> Iterable:
     """Micro-batches from `position` (counted over all epochs) on, epoch after epoch."""
     per_epoch = len(dataloader)
@@ -221,23 +231,45 @@ def _batches_from(accelerator: Accelerator, dataloader: DataLoader, position: in
         epoch, skip = epoch + 1, 0
 
 
+def _staged_batches(
+    accelerator: Accelerator, stages: Sequence[TrainingStage], position: int, accumulation: int
+) -> Iterator[tuple[TrainingStage, Any]]:
+    """(stage, micro-batch) from `position` (counted over all stages) on: each stage for its steps, in order.
+    A stage entered mid-way (on resume) continues where its own count of micro-batches left off."""
+    for stage in stages:
+        size = stage.steps * accumulation
+        if position < size:
+            batches = _batches_from(accelerator, stage.dataloader, position)
+            for _ in range(size - position):
+                yield stage, next(batches)
+        position = max(0, position - size)
+
+
 def fit(
     accelerator: Accelerator,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    dataloader: DataLoader,
+    train_data: DataLoader | Sequence[TrainingStage],
     evaluate: Evaluate,
     args: TrainingArguments,
-    score: Score,
+    score: Score | None = None,
 ) -> TrainerState:
     """Trains prepared objects for `args.max_steps` optimizer steps (resolved by `resolve_schedule`), resuming
-    from the latest checkpoint when `args.resume`.
+    from the latest checkpoint when `args.resume`. `model(**batch).loss` is the loss minimised.
+
+    `train_data` is one data loader for all steps, or stages whose steps add up to `args.max_steps`; the
+    learning-rate schedule runs over all of them.
 
     Returns the final state: its history ends with the final evaluation. The model is left holding the run's
     result, the final weights or, with `args.load_best_model_at_end`, those of the evaluation with the highest
     `score` (`state.best_step`); `state.metrics` is that model's evaluation, and the last `evaluate()` call was
     made on it, so a callback that keeps its outputs holds that model's predictions."""
+    if args.load_best_model_at_end and score is None:
+        raise ValueError("--load_best_model_at_end needs a score that ranks the evaluations; this command has none.")
+    stages = [TrainingStage(train_data, args.max_steps)] if isinstance(train_data, DataLoader) else train_data
+    if sum(stage.steps for stage in stages) != args.max_steps:
+        raise ValueError(f"The training stages add up to {sum(s.steps for s in stages)} steps, not {args.max_steps}.")
     state = TrainerState()
     if args.resume:
         checkpoint = latest_checkpoint(args.output_dir)
@@ -254,9 +286,11 @@ def fit(
     )
     model.train()
     running_loss, running_count = torch.zeros((), device=accelerator.device), 0
-    batches = _batches_from(accelerator, dataloader, state.step * accumulation)
+    batches = _staged_batches(accelerator, stages, state.step * accumulation, accumulation)
     while state.step < args.max_steps:
-        batch = next(batches)
+        stage, batch = next(batches)
+        if stage.name:
+            progress.set_description(f"training ({stage.name})", refresh=False)
         with accelerator.accumulate(model):
             loss = model(**batch).loss
             accelerator.backward(loss)
@@ -306,7 +340,7 @@ def _evaluate(
     evaluate: Evaluate,
     state: TrainerState,
     args: TrainingArguments,
-    score: Score,
+    score: Score | None,
 ) -> None:
     metrics = _run_evaluation(model, evaluate)
     state.history.append({"step": state.step, "metrics": metrics})

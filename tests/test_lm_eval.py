@@ -1,0 +1,141 @@
+"""`tisa-hf lm-eval` against direct computations, and linear position interpolation."""
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+import tisa_hf
+from tests.conftest import tiny_config
+from tests.finetune_fixtures import write_tiny_model, write_wikitext
+from tisa_hf.adapt import lm_eval
+from tisa_hf.adapt.interpolation import PositionInterpolation, interpolated_rows
+from tisa_hf.adapt.text import mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
+
+TABLE = 16
+LENGTHS = [8, 16, 64]  # 64 is 4x the table
+
+
+def test_interpolation_at_scale_one_is_the_original_model(model_type):
+    model = AutoModel.from_config(tiny_config(model_type)).eval()
+    original = copy.deepcopy(model)
+    interpolation = PositionInterpolation(model)
+    table = interpolation.table_length
+    input_ids = torch.randint(5, 99, (2, table))
+    with torch.no_grad():
+        for length in (table // 2, table):
+            stretched = interpolation.stretch_to(length)
+            expected = original(input_ids[:, :length]).last_hidden_state
+            assert torch.equal(stretched(input_ids[:, :length]).last_hidden_state, expected)
+        assert torch.equal(
+            stretched.embeddings.position_embeddings.weight, original.embeddings.position_embeddings.weight
+        )
+        longer = interpolation.stretch_to(2 * table)(torch.randint(5, 99, (2, 2 * table))).last_hidden_state
+    assert longer.shape == (2, 2 * table, model.config.hidden_size) and torch.isfinite(longer).all()
+
+
+def test_interpolated_rows_follow_position_interpolation():
+    table = torch.randn(8, 3)
+    rows = interpolated_rows(table, 16)  # scale 2: position p reads the table at p / 2
+    assert torch.equal(rows[0::2], table)
+    assert torch.allclose(rows[1:-1:2], (table[:-1] + table[1:]) / 2)
+    assert torch.equal(rows[-1], table[-1])  # 7.5: past the last row, which is held
+    assert torch.equal(interpolated_rows(table, 5), table)  # never shrunk
+    assert torch.allclose(interpolated_rows(table, 12)[3], table[2])  # 3 * 8 / 12 = 2
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm_eval")
+    teacher = write_tiny_model(root / "teacher", masked_lm=True, positions=TABLE)
+    torch.manual_seed(1)
+    tisa = tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
+    AutoModelForMaskedLM.from_pretrained(teacher, tisa=tisa).save_pretrained(root / "student")
+    AutoModel.from_pretrained(teacher, tisa=tisa).save_pretrained(root / "student-encoder")
+    write_wikitext(root / "test.txt", articles=4)
+    return root
+
+
+def evaluate(models, out, *specs, extra=()):
+    argv = [*specs, "--teacher", str(models / "teacher"), "--text", str(models / "test.txt"), "--out", str(out)]
+    argv += ["--lengths", *map(str, LENGTHS), "--max-blocks", "5", "--batch-tokens", "100", *extra]
+    assert lm_eval.main(argv) == 0
+    return json.loads((out / lm_eval.RESULTS_FILE).read_text())
+
+
+def blocks_and_masks(models, length):
+    """The evaluation's blocks and masks, rebuilt from the text functions."""
+    tokenizer = AutoTokenizer.from_pretrained(models / "teacher")
+    documents = tokenize_articles(read_articles(models / "test.txt"), tokenizer)
+    blocks = spread_selection(pack_blocks(documents, length, tokenizer), 5)
+    return blocks, *mask_blocks(blocks, tokenizer, 0.15, seed=0)
+
+
+@torch.no_grad()
+def direct_numbers(model, teacher, models, length, head_model=None):
+    """Agreement and full-logit masked-LM loss computed block by block with plain transformers calls."""
+    blocks, masked, labels = blocks_and_masks(models, length)
+    agreement = None
+    if length <= TABLE:
+        states = model.base_model(blocks).last_hidden_state
+        agreement = F.cosine_similarity(states, teacher.base_model(blocks).last_hidden_state, dim=-1).mean().item()
+    total, count = 0.0, 0
+    for ids, target in zip(masked, labels, strict=True):
+        masked_count = int((target != -100).sum())
+        if not masked_count:  # a short block may have no masked token (its mean loss is NaN)
+            continue
+        if head_model is None:
+            loss = model(input_ids=ids[None], labels=target[None]).loss
+        else:
+            logits = head_model.cls(model(ids[None]).last_hidden_state)
+            loss = F.cross_entropy(logits[0], target)
+        total += loss.item() * masked_count
+        count += masked_count
+    return agreement, total / count
+
+
+def test_numbers_at_four_times_the_table_match_a_direct_computation(models, tmp_path):
+    student, teacher = str(models / "student"), str(models / "teacher")
+    record = evaluate(models, tmp_path / "out", student, teacher, f"interp:{teacher}")
+    assert record["lengths"] == LENGTHS and record["teacher_table_length"] == TABLE
+    assert set(record["blocks"]) == {"8", "16", "64"} and record["blocks"]["8"] == 5
+    student_model = AutoModelForMaskedLM.from_pretrained(student).eval()
+    teacher_model = AutoModelForMaskedLM.from_pretrained(teacher).eval()
+    measured = record["models"][student]
+    for length in LENGTHS:
+        agreement, loss = direct_numbers(student_model, teacher_model, models, length)
+        assert measured["agreement"][str(length)] == (None if agreement is None else pytest.approx(agreement, rel=1e-5))
+        assert measured["mlm_loss"][str(length)] == pytest.approx(loss, rel=1e-5)
+    assert 0 < measured["agreement"]["16"] < 1
+    original, interpolated = record["models"][teacher], record["models"][f"interp:{teacher}"]
+    assert original["agreement"] == {"8": 1.0, "16": 1.0, "64": None}
+    assert original["mlm_loss"]["64"] is None  # a 16-position table cannot read 64 tokens
+    for measure in ("agreement", "mlm_loss"):  # scale 1: exactly the original model
+        assert [interpolated[measure][key] for key in ("8", "16")] == [original[measure][key] for key in ("8", "16")]
+    assert interpolated["mlm_loss"]["64"] > 0 and interpolated["interpolated"]
+    with Image.open(tmp_path / "out" / lm_eval.PLOT_FILE) as image:
+        assert image.format == "PNG" and image.width > 500
+
+
+def test_one_mlm_head_for_every_model(models, tmp_path, capsys):
+    encoder, teacher = str(models / "student-encoder"), str(models / "teacher")
+    record = evaluate(models, tmp_path / "out", encoder, extra=("--mlm-head", teacher))
+    head_model = AutoModelForMaskedLM.from_pretrained(teacher).eval()
+    model = AutoModel.from_pretrained(encoder).eval()
+    _, loss = direct_numbers(model, head_model, models, 64, head_model=head_model)
+    assert record["models"][encoder]["mlm_loss"]["64"] == pytest.approx(loss, rel=1e-5)
+    assert record["mlm_head"] == teacher
+
+    # finished results stay unless --overwrite; a head checkpoint must hold a head
+    argv = [encoder, "--teacher", teacher, "--text", str(models / "test.txt"), "--lengths", "8"]
+    assert lm_eval.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "lm_eval.json exists; choose another --out or pass --overwrite." in capsys.readouterr().err
+    argv = [teacher, "--mlm-head", encoder, "--text", str(models / "test.txt"), "--lengths", "8"]
+    assert lm_eval.main([*argv, "--out", str(tmp_path / "other")]) == 2
+    assert "holds no MLM head (its config names TisaBertModel)" in capsys.readouterr().err
+    assert lm_eval.main([teacher, "--text", str(models / "test.txt"), "--lengths", "4096", "--out", "x"]) == 2
+    assert "is too short for --lengths 4096: it gives no block of that length." in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""Settings of `tisa-hf adapt`: the fine-tuning dataclasses with adaptation's defaults, and the adaptation ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..finetune.arguments import TisaArguments, TrainingArguments
+
+
+@dataclass
+class AdaptTisaArguments(TisaArguments):
+    """TISA settings; adaptation defaults to `replace` mode (its purpose) and to a learning rate for the kernels
+    on their own scale: amplitudes and centres are O(1) to O(10), where the weights' 1e-4 would barely move them."""
+
+    tisa_mode: Literal["add", "replace"] = field(
+        default="replace", metadata={"help": "'replace' (default here) drops position embeddings, 'add' keeps them."}
+    )
+    tisa_lr: float | None = field(default=1e-2, metadata={"help": "Learning rate of the TISA kernels."})
+
+
+@dataclass
+class AdaptTrainingArguments(TrainingArguments):
+    output_dir: str = field(default="runs/adapt", metadata={"help": "Folder for the model, metrics and checkpoints."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate of the weights (--train all)."})
+    max_steps: int = field(default=1000, metadata={"help": "Optimizer steps, split across the --lengths."})
+    checkpoint_steps: int = field(
+        default=200, metadata={"help": "Save a resumable checkpoint every N steps (0: never)."}
+    )
+
+
+@dataclass
+class AdaptArguments:
+    objective: Literal["distill", "mlm"] = field(
+        default="distill",
+        metadata={
+            "help": "'distill': match the unpatched model's hidden states (any encoder, blocks up to its table); "
+            "'mlm': continued masked-LM training (needs an MLM head; replace mode may exceed the table)."
+        },
+    )
+    train: Literal["kernels", "all", "head"] = field(
+        default="kernels",
+        metadata={
+            "help": "Trainable parameters: the TISA kernels, or all weights too, or (with --objective mlm) only an "
+            "MLM head on the frozen model."
+        },
+    )
+    train_text: str | None = field(
+        default=None, metadata={"help": "Plain-text file (WikiText format: ' = Title = ' starts an article)."}
+    )
+    lengths: list[int] = field(
+        default_factory=lambda: [128],
+        metadata={"help": "Block lengths in tokens, short to long; the steps are split equally between them."},
+    )
+    distill_layers: Literal["last", "all"] = field(
+        default="last", metadata={"help": "Match the last layer's hidden states, or every layer's."}
+    )
+    distill_loss: Literal["cosine", "mse"] = field(
+        default="cosine", metadata={"help": "Per-token distance: 1 - cosine (default) or mean squared error."}
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked (--objective mlm)."})
+    held_out_fraction: float = field(
+        default=0.1, metadata={"help": "Share of the articles (the last ones, whole) held out for evaluation."}
+    )
+    max_eval_blocks: int = field(default=64, metadata={"help": "Held-out blocks evaluated per length (spread)."})

@@ -1,0 +1,68 @@
+"""What a checkpoint can do, read from its config alone, so that bad requests fail before any weights load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedConfig
+
+from ..adapters import find_base_model
+from ..config import TisaConfig
+from ..modeling import plain_model_config
+from ..packaged import resolve_model
+from ..patching import position_table_length
+from .objectives import mlm_head_of
+
+# Architectures whose checkpoints hold an MLM head that AutoModelForMaskedLM loads.
+MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """`name` as given, its resolved `path`, its TISA settings (None: unpatched), whether it has an MLM head, how
+    many positions its table holds and its vocabulary size."""
+
+    name: str
+    path: str
+    config: PreTrainedConfig
+    tisa: TisaConfig | None
+    has_mlm_head: bool
+    table_length: int
+    architectures: tuple[str, ...]
+    vocab_size: int
+
+    @classmethod
+    def read(cls, name: str) -> CheckpointFacts:
+        path = resolve_model(name)
+        try:
+            config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from None
+        architectures = tuple(config.architectures or ())
+        tisa = getattr(config, "tisa", None)
+        with torch.device("meta"):  # the architecture without its weights
+            base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
+        return cls(
+            name=name,
+            path=path,
+            config=config,
+            tisa=TisaConfig.from_value(tisa) if tisa else None,
+            has_mlm_head=any(name.endswith(MLM_HEAD_SUFFIXES) for name in architectures),
+            table_length=position_table_length(base, adapter),
+            architectures=architectures,
+            vocab_size=config.vocab_size,
+        )
+
+    @property
+    def any_length(self) -> bool:
+        """Whether it reads inputs of any length (TISA `replace` mode has no position table)."""
+        return self.tisa is not None and self.tisa.mode == "replace"
+
+    def reads(self, length: int) -> bool:
+        return self.any_length or length <= self.table_length
+
+    def check_mlm_head_module(self) -> None:
+        """A ValueError, before any weights load, if the architecture's MLM head is not one module."""
+        with torch.device("meta"):
+            mlm_head_of(AutoModelForMaskedLM.from_config(plain_model_config(self.config)))

@@ -1,0 +1,292 @@
+"""`tisa-hf lm-eval`: how encoders read inputs of growing length, measured on held-out text.
+
+Per length n, on the same blocks of n tokens for every model (packed from the whole articles of the text; at
+most --max-blocks, spread evenly over it):
+- agreement: the mean cosine between the model's final hidden states and the teacher's, over all tokens, at the
+  lengths the teacher reads (n <= its position table);
+- masked-token loss: cross-entropy at the masked tokens, with the same masks (one seed) for every model, through
+  the model's own MLM head or, with --mlm-head, through that head for every model (`adapt --train head` fits one
+  on the original model; distillation matches its final hidden states, so the head fits the adapted model too).
+A model is a checkpoint (folder, Hub id or `minilm`) or `interp:NAME`, NAME with its position table stretched
+by linear position interpolation (the peer baseline beyond the table; tisa_hf/adapt/interpolation.py). A model
+that cannot read n tokens (a position table shorter than n) gets null at n. Long inputs fit CPU memory: TISA
+`replace` mode attends blockwise at inference, and the other models run sdpa without a mask.
+
+Writes OUT/lm_eval.json (every number, the settings and versions) and OUT/lm_eval.png (each measure against
+length, log axis).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from torch import nn
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+
+from ..finetune.runs import versions
+from ..packaged import resolve_model
+from .checkpoints import CheckpointFacts
+from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
+from .objectives import masked_token_losses, mlm_head_of
+from .text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
+
+RESULTS_FILE = "lm_eval.json"
+PLOT_FILE = "lm_eval.png"
+MEASURES = {"agreement": "agreement with the teacher (mean cosine)", "mlm_loss": "masked-token loss"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A compared model: `spec` as given, the checkpoint's facts, and whether its table is interpolated."""
+
+    spec: str
+    facts: CheckpointFacts
+    interpolated: bool
+
+    @classmethod
+    def parse(cls, spec: str) -> ModelSpec:
+        interpolated = spec.startswith(INTERPOLATION_PREFIX)
+        facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX))
+        if interpolated and facts.tisa is not None:
+            raise ValueError(f"{spec}: interpolation stretches a position table; give the unpatched model.")
+        return cls(spec, facts, interpolated)
+
+    def reads(self, length: int) -> bool:
+        return self.interpolated or self.facts.reads(length)
+
+
+@dataclass
+class LengthData:
+    """The blocks of one length, and the same blocks masked (input ids and labels)."""
+
+    blocks: torch.Tensor
+    masked: torch.Tensor
+    labels: torch.Tensor
+
+
+def load_model(facts: CheckpointFacts, device: torch.device) -> PreTrainedModel:
+    """The checkpoint with its MLM head when it has one (a TISA checkpoint comes back patched), in eval mode."""
+    auto_class = AutoModelForMaskedLM if facts.has_mlm_head else AutoModel
+    return auto_class.from_pretrained(facts.path).to(device).eval()
+
+
+def _batches(tensor: torch.Tensor, length: int, batch_tokens: int, device: torch.device):
+    size = max(1, batch_tokens // length)
+    for start in range(0, len(tensor), size):
+        yield tensor[start : start + size].to(device)
+
+
+@torch.no_grad()
+def final_hidden_states(
+    model: PreTrainedModel, blocks: torch.Tensor, batch_tokens: int, device: torch.device
+) -> torch.Tensor:
+    """(blocks, length, hidden) final hidden states, float32 on the CPU."""
+    length = blocks.shape[1]
+    return torch.cat(
+        [
+            model.base_model(input_ids=batch).last_hidden_state.float().cpu()
+            for batch in _batches(blocks, length, batch_tokens, device)
+        ]
+    )
+
+
+@torch.no_grad()
+def mean_agreement(
+    model: PreTrainedModel, blocks: torch.Tensor, teacher_states: torch.Tensor, batch_tokens: int, device: torch.device
+) -> float:
+    """Mean over all tokens of cos(model's final hidden state, teacher's)."""
+    states = final_hidden_states(model, blocks, batch_tokens, device)
+    return F.cosine_similarity(states, teacher_states, dim=-1).mean().item()
+
+
+@torch.no_grad()
+def masked_token_loss(
+    model: PreTrainedModel, head: nn.Module, data: LengthData, batch_tokens: int, device: torch.device
+) -> float:
+    """Cross-entropy over all masked tokens of all blocks (token-weighted)."""
+    total, count = 0.0, 0
+    length = data.masked.shape[1]
+    for masked, labels in zip(
+        _batches(data.masked, length, batch_tokens, device),
+        _batches(data.labels, length, batch_tokens, device),
+        strict=True,
+    ):
+        sums, counts = masked_token_losses(model.base_model(input_ids=masked).last_hidden_state, head, labels)
+        total += sums.sum().item()
+        count += counts.sum().item()
+    return total / count
+
+
+@dataclass
+class EvaluationSetup:
+    """What every model is measured on and against, checked and built before any model loads."""
+
+    specs: list[ModelSpec]
+    teacher: CheckpointFacts | None
+    head_source: CheckpointFacts | None
+    data: dict[int, LengthData]
+
+
+def prepare(args: argparse.Namespace) -> EvaluationSetup:
+    """Checks every request against the configs, the tokenizer and the text; loads no weights."""
+    out = Path(args.out)
+    if (out / RESULTS_FILE).is_file() and not args.overwrite:
+        raise ValueError(f"{out / RESULTS_FILE} exists; choose another --out or pass --overwrite.")
+    lengths = sorted(set(args.lengths))
+    if lengths[0] < 3:
+        raise ValueError(f"--lengths must be at least 3 tokens ([CLS], a token, [SEP]); got {lengths[0]}.")
+    specs = [ModelSpec.parse(spec) for spec in args.models]
+    teacher = CheckpointFacts.read(args.teacher) if args.teacher else None
+    head_source = CheckpointFacts.read(args.mlm_head) if args.mlm_head else None
+    if head_source is not None and not head_source.has_mlm_head:
+        raise ValueError(
+            f"--mlm-head {args.mlm_head} holds no MLM head (its config names {', '.join(head_source.architectures)}); "
+            "give the output of `tisa-hf adapt --objective mlm --train head`."
+        )
+    for facts in [head_source] if head_source else [spec.facts for spec in specs if spec.facts.has_mlm_head]:
+        facts.check_mlm_head_module()
+    if teacher is None and head_source is None and not any(spec.facts.has_mlm_head for spec in specs):
+        raise ValueError(
+            "Nothing to measure: give --teacher (agreement) or an MLM head (--mlm-head, or a *ForMaskedLM model)."
+        )
+    everyone = [spec.facts for spec in specs] + [facts for facts in (teacher, head_source) if facts is not None]
+    if len({facts.vocab_size for facts in everyone}) > 1:
+        sizes = ", ".join(f"{facts.name}: {facts.vocab_size}" for facts in everyone)
+        raise ValueError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.tokenizer or (teacher or specs[0].facts).path))
+    documents = tokenize_articles(read_articles(args.text), tokenizer)
+    if not block_count(documents, lengths[-1]):
+        raise ValueError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")
+    data = {}
+    for length in lengths:
+        blocks = spread_selection(pack_blocks(documents, length, tokenizer), args.max_blocks)
+        data[length] = LengthData(blocks, *mask_blocks(blocks, tokenizer, args.mlm_probability, args.seed))
+    return EvaluationSetup(specs, teacher, head_source, data)
+
+
+def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) -> dict[str, dict[str, Any]]:
+    """Per model, per length: agreement and masked-token loss (None where not measurable)."""
+    teacher_states = {}
+    if setup.teacher is not None:
+        teacher = load_model(setup.teacher, device)
+        for length, data in setup.data.items():
+            if setup.teacher.reads(length):
+                teacher_states[length] = final_hidden_states(teacher, data.blocks, batch_tokens, device)
+        del teacher
+    shared_head = mlm_head_of(load_model(setup.head_source, device)) if setup.head_source else None
+    results = {}
+    for spec in setup.specs:
+        model = load_model(spec.facts, device)
+        interpolation = PositionInterpolation(model) if spec.interpolated else None
+        head = shared_head or (mlm_head_of(model) if spec.facts.has_mlm_head else None)
+        numbers: dict[str, dict[str, float | None]] = {measure: {} for measure in MEASURES}
+        for length, data in setup.data.items():
+            readable = spec.reads(length)
+            if interpolation is not None:
+                interpolation.stretch_to(length)
+            agreement = loss = None
+            if readable and length in teacher_states:
+                agreement = mean_agreement(model, data.blocks, teacher_states[length], batch_tokens, device)
+            if readable and head is not None:
+                loss = masked_token_loss(model, head, data, batch_tokens, device)
+            numbers["agreement"][str(length)] = agreement
+            numbers["mlm_loss"][str(length)] = loss
+        results[spec.spec] = {
+            "tisa": spec.facts.tisa.to_dict() if spec.facts.tisa else None,
+            "position_table_length": spec.facts.table_length,
+            "interpolated": spec.interpolated,
+            **numbers,
+        }
+        del model
+    return results
+
+
+def plot_measures(record: dict[str, Any], path: Path) -> None:
+    """One panel per measure that has numbers, each model a line against length (log axis)."""
+    lengths = record["lengths"]
+    measures = [
+        measure
+        for measure in MEASURES
+        if any(value is not None for model in record["models"].values() for value in model[measure].values())
+    ]
+    figure = Figure(figsize=(5.5 * len(measures), 4.2))  # drawn by the Agg canvas, no pyplot state
+    for axis, measure in zip(figure.subplots(1, len(measures), squeeze=False)[0], measures, strict=True):
+        for name, model in record["models"].items():
+            points = [(int(length), value) for length, value in model[measure].items() if value is not None]
+            if points:
+                axis.plot(*zip(*points, strict=True), marker="o", label=name)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(lengths, labels=[str(length) for length in lengths])
+        axis.minorticks_off()
+        if record["teacher_table_length"]:
+            axis.axvline(record["teacher_table_length"], color="0.6", linestyle=":", label="teacher's table")
+        axis.set_xlabel("input length (tokens)")
+        axis.set_ylabel(MEASURES[measure])
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    setup = prepare(args)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    record = {
+        "text": args.text,
+        "lengths": list(setup.data),
+        "blocks": {str(length): len(data.blocks) for length, data in setup.data.items()},
+        "teacher": args.teacher,
+        "teacher_table_length": setup.teacher.table_length if setup.teacher else None,
+        "mlm_head": args.mlm_head,
+        "mlm_probability": args.mlm_probability,
+        "seed": args.seed,
+        "models": evaluate(setup, args.batch_tokens, device),
+        "versions": versions(),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RESULTS_FILE).write_text(json.dumps(record, indent=2))
+    plot_measures(record, out / PLOT_FILE)
+    return record
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf lm-eval", description="Teacher agreement and masked-token loss against input length."
+    )
+    parser.add_argument("models", nargs="+", help="Checkpoints (folder, Hub id, minilm) or interp:NAME.")
+    parser.add_argument("--text", required=True, help="Held-out plain text (e.g. WikiText's test.txt).")
+    parser.add_argument("--lengths", type=int, nargs="+", required=True, help="Input lengths in tokens.")
+    parser.add_argument("--out", required=True, help="Folder for lm_eval.json and lm_eval.png.")
+    parser.add_argument("--teacher", help="The original model, for agreement at the lengths it reads.")
+    parser.add_argument("--mlm-head", help="A *ForMaskedLM checkpoint whose head every model uses.")
+    parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
+    parser.add_argument("--max-blocks", type=int, default=16, help="Blocks per length, spread over the text.")
+    parser.add_argument("--batch-tokens", type=int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
+    parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        record = run(args)
+    except ValueError as error:
+        print(f"tisa-hf lm-eval: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": args.out, "models": list(record["models"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

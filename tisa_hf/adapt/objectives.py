@@ -1,0 +1,148 @@
+"""The adaptation objectives as modules whose forward returns the loss (what the training loop calls).
+
+`DistillationObjective`: the patched student's hidden states against those of the unpatched teacher on the
+same blocks. The default distance is the cosine one, 1 - cos(h_student, h_teacher) per token:
+- it is the agreement `tisa-hf lm-eval` reports, so training optimises what is measured;
+- BERT-family hidden states have a few outlier dimensions far larger than the rest, which dominate a squared
+  error, whereas the cosine weighs the direction of the whole vector;
+- its scale is the same in every layer, so `--distill-layers all` averages layers without per-layer weights.
+`mse` (mean squared error per element) is offered for when the norms matter too, e.g. for a downstream head that
+reads unnormalised features; with `--train kernels` the LayerNorms are frozen, so norms can barely drift anyway.
+
+`MaskedLMObjective`: masked-token cross-entropy with logits only at the masked positions: the masked hidden
+states are gathered and only they go through the MLM head, never (positions x vocabulary) logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DataCollatorForLanguageModeling, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import ModelOutput
+
+from .text import special_tokens_mask
+
+DistillLoss = Literal["cosine", "mse"]
+DistillLayers = Literal["last", "all"]
+IGNORE_INDEX = -100
+
+
+@dataclass
+class ObjectiveOutput(ModelOutput):
+    """`loss` to minimise, and per sequence the summed token losses and their count (for exact eval means).
+
+    A `ModelOutput`, so that DDP and Accelerate's autocast treat it as they treat any transformers output."""
+
+    loss: torch.Tensor | None = None
+    sums: torch.Tensor | None = None
+    counts: torch.Tensor | None = None
+
+
+def mlm_head_of(model: PreTrainedModel) -> nn.Module:
+    """The MLM head of a `*ForMaskedLM` model: its one child module besides the encoder (BERT's `cls`, RoBERTa's
+    and XLM-RoBERTa's `lm_head`, ALBERT's `predictions`), which maps hidden states (..., hidden) to logits
+    (..., vocabulary). ELECTRA's and DistilBERT's heads are spread over several modules and are refused."""
+    heads = {name: module for name, module in model.named_children() if module is not model.base_model}
+    if model.base_model is model or len(heads) != 1:
+        found = ", ".join(heads) or "none"
+        raise ValueError(
+            f"{type(model).__name__} has no MLM head in one module (modules besides the encoder: {found}); the "
+            "masked-LM objective and measure take heads like BERT's, RoBERTa's and ALBERT's. Use distillation."
+        )
+    return next(iter(heads.values()))
+
+
+def token_distances(student: torch.Tensor, teacher: torch.Tensor, loss: DistillLoss) -> torch.Tensor:
+    """(batch, length) distances between hidden states (batch, length, hidden), computed in float32."""
+    student, teacher = student.float(), teacher.float()
+    if loss == "cosine":
+        return 1 - F.cosine_similarity(student, teacher, dim=-1)
+    return (student - teacher).square().mean(-1)
+
+
+def masked_token_losses(
+    hidden_states: torch.Tensor, head: nn.Module, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy at each masked position (labels != -100), from logits of those positions only.
+
+    Returns (per sequence summed loss, per sequence masked count); their ratio over all sequences equals
+    transformers' full-logit MLM loss.
+    """
+    masked = labels != IGNORE_INDEX
+    logits = head(hidden_states[masked])
+    losses = F.cross_entropy(logits.float(), labels[masked], reduction="none")
+    sequence = masked.nonzero()[:, 0]
+    sums = torch.zeros(labels.shape[0], device=losses.device, dtype=losses.dtype).index_add_(0, sequence, losses)
+    return sums, masked.sum(-1)
+
+
+class DistillationObjective(nn.Module):
+    """The hidden states of `model` (the student) against the teacher's: the last layer's, or every layer's
+    (embeddings excluded: in `replace` mode the student's embedding output lacks the position vectors by design).
+
+    The teacher is deliberately not a submodule: it stays frozen and in eval mode whatever `train()` is called,
+    is never checkpointed (it is rebuilt from the same pretrained weights) and is invisible to DDP.
+    """
+
+    def __init__(self, model: PreTrainedModel, teacher: PreTrainedModel, layers: DistillLayers, loss: DistillLoss):
+        super().__init__()
+        self.model = model
+        self._teacher = (teacher.eval().requires_grad_(False),)
+        self.layers = layers
+        self.loss = loss
+
+    @property
+    def teacher(self) -> PreTrainedModel:
+        return self._teacher[0]
+
+    def _states(self, model: PreTrainedModel, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        output = model.base_model(input_ids=input_ids, output_hidden_states=self.layers == "all")
+        return output.hidden_states[1:] if self.layers == "all" else (output.last_hidden_state,)
+
+    def forward(self, input_ids: torch.Tensor) -> ObjectiveOutput:
+        with torch.no_grad():
+            targets = self._states(self.teacher, input_ids)
+        states = self._states(self.model, input_ids)
+        distances = torch.stack(
+            [token_distances(state, target, self.loss) for state, target in zip(states, targets, strict=True)]
+        ).mean(0)
+        counts = torch.full((input_ids.shape[0],), input_ids.shape[1], device=input_ids.device)
+        return ObjectiveOutput(loss=distances.mean(), sums=distances.sum(-1), counts=counts)
+
+
+class MaskedLMObjective(nn.Module):
+    """Masked-token loss of a `*ForMaskedLM` model.
+
+    Without `labels` (training), the blocks are masked here, inside the step, by `DataCollatorForLanguageModeling`'s
+    masking from the global RNG, not by the data loader: Accelerate's loader fetches one batch ahead, so masks
+    drawn there would not be reproduced by `--resume`, whereas the global RNG is checkpointed with the step.
+    Masking runs on the CPU (where the collator draws) and the result moves to the model's device.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15):
+        super().__init__()
+        self.model = model
+        mlm_head_of(model)  # fails early for a model without one
+        self.tokenizer = tokenizer
+        self.collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)
+
+    @property
+    def head(self) -> nn.Module:
+        """The model's own head, looked up rather than registered twice (one parameter, one checkpoint key)."""
+        return mlm_head_of(self.model)
+
+    def mask(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = input_ids.cpu()
+        masked, labels = self.collator.torch_mask_tokens(ids.clone(), special_tokens_mask(ids, self.tokenizer))
+        return masked.to(input_ids.device), labels.to(input_ids.device)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> ObjectiveOutput:
+        if labels is None:
+            input_ids, labels = self.mask(input_ids)
+        hidden_states = self.model.base_model(input_ids=input_ids).last_hidden_state
+        sums, counts = masked_token_losses(hidden_states, self.head, labels)
+        return ObjectiveOutput(loss=sums.sum() / counts.sum(), sums=sums, counts=counts)

@@ -1,0 +1,345 @@
+"""`tisa-hf adapt` / `accelerate launch -m tisa_hf.adapt`: adapt a pretrained encoder to TISA on plain text.
+
+The curriculum runs the block lengths short to long, with `--max-steps` split equally between them (the
+remainder going to the longest ones) and one learning-rate schedule over all of them; each optimizer step takes
+`--train-batch-size` blocks whatever their length. Every request is checked against the checkpoint's config,
+the tokenizer and the text before any weights load.
+
+Writes to --output-dir what `tisa-hf glue` writes: the adapted model and tokenizer (`save_pretrained`, TISA
+included, ready for `tisa-hf glue --model DIR`), `metrics.json` (with an `adaptation` record of how it was
+adapted, which `tisa-hf push` puts in the model card), `run_config.yaml` and TensorBoard logs; resumable
+checkpoints live in `checkpoints/` until the run finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import transformers
+from accelerate import Accelerator
+from torch import nn
+from torch.utils.data import DataLoader, StackDataset
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, default_data_collator
+
+from ..config import TisaConfig
+from ..finetune.arguments import ModelArguments, resolved_config
+from ..finetune.runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
+from ..finetune.trainer import TrainingStage, build_optimizer, fit, resolve_schedule, train_dataloader
+from ..packaged import resolve_model
+from .arguments import AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
+from .checkpoints import CheckpointFacts
+from .objectives import DistillationObjective, MaskedLMObjective, mlm_head_of
+from .text import (
+    block_count,
+    mask_blocks,
+    pack_blocks,
+    read_articles,
+    split_articles,
+    spread_selection,
+    tokenize_articles,
+)
+
+logger = logging.getLogger(__name__)
+
+ARGUMENT_TYPES = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)
+EVAL_MASKING_SEED = 0
+
+
+def curriculum_steps(max_steps: int, stages: int) -> list[int]:
+    """Equal shares of `max_steps`, the remainder one step each to the last (longest) stages."""
+    share, remainder = divmod(max_steps, stages)
+    return [share + (index >= stages - remainder) for index in range(stages)]
+
+
+@dataclass
+class AdaptationPlan:
+    """Everything checked before any weights load: the checkpoint, the student's TISA, the tokenizer and the
+    blocks of every length."""
+
+    facts: CheckpointFacts
+    tisa: TisaConfig | None
+    tokenizer: Any
+    train_documents: list[list[int]]
+    held_out_documents: list[list[int]]
+    steps: list[int]
+
+
+def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments) -> TisaConfig:
+    """The student's TISA config (requested or the checkpoint's); errors for objectives the model cannot do."""
+    requested = tisa_args.tisa_config()
+    name = facts.name
+    if adapt_args.train == "head":
+        if adapt_args.objective != "mlm":
+            raise ValueError("--train head fits an MLM head, so it goes with --objective mlm.")
+        if requested is not None:
+            raise ValueError(
+                "--train head fits an MLM head on the model as it is and trains no kernels; leave out the --tisa "
+                "options (fit the head on the original model, or on an already adapted one)."
+            )
+        return facts.tisa
+    if adapt_args.objective == "mlm":
+        facts.check_mlm_head_module()
+    if adapt_args.objective == "mlm" and not facts.has_mlm_head:
+        raise ValueError(
+            f"--objective mlm needs an MLM head and {name} has none (its config names "
+            f"{', '.join(facts.architectures) or 'no architecture'}); fit one first with `tisa-hf adapt --model "
+            f"{name} --objective mlm --train head --output-dir HEAD_DIR` and adapt HEAD_DIR, or use "
+            "--objective distill."
+        )
+    if requested is not None and facts.tisa is not None:
+        raise ValueError(f"{name} already has TISA ({facts.tisa}); leave out the --tisa options to adapt it further.")
+    if adapt_args.objective == "distill" and facts.tisa is not None:
+        raise ValueError(
+            f"--objective distill needs the original model as its teacher, but {name} already has TISA; "
+            "give the unpatched checkpoint and the --tisa options."
+        )
+    tisa = requested or facts.tisa
+    if tisa is None:
+        raise ValueError(f"Nothing to adapt: give --tisa.num_kernels (and --tisa.mode) to patch {name} with TISA.")
+    if adapt_args.train == "kernels" and tisa.num_kernels == 0:
+        raise ValueError(
+            "--train kernels, but num_kernels is 0 (the bag-of-words model has no kernels); use --train all."
+        )
+    return tisa
+
+
+def _check_lengths(
+    facts: CheckpointFacts, tisa: TisaConfig | None, args: AdaptTrainingArguments, adapt_args: AdaptArguments
+) -> None:
+    lengths = adapt_args.lengths
+    if min(lengths) < 3 or any(a >= b for a, b in zip(lengths, lengths[1:], strict=False)):
+        raise ValueError(f"--lengths must increase (short to long) and be at least 3 tokens; got {lengths}.")
+    if args.max_steps < len(lengths):
+        raise ValueError(f"--max-steps {args.max_steps} is fewer than the {len(lengths)} lengths of the curriculum.")
+    table, longest = facts.table_length, max(lengths)
+    if longest <= table:
+        return
+    if adapt_args.objective == "distill":
+        raise ValueError(
+            f"--objective distill compares with the teacher, which reads at most {table} tokens, and --lengths has "
+            f"{longest}; keep the lengths <= {table}, or train longer blocks with --objective mlm in replace mode."
+        )
+    if tisa is None or tisa.mode != "replace":
+        kept_by = "TISA mode='add'" if tisa is not None else "the unpatched model"
+        raise ValueError(
+            f"--lengths has {longest} tokens but {facts.name}'s position table holds {table}, which {kept_by} keeps; "
+            f"use --tisa.mode replace, or lengths <= {table}."
+        )
+
+
+def _check_text(
+    path: str, articles: list[str], documents: tuple[list, list], batch_size: int, adapt_args: AdaptArguments
+) -> None:
+    train, held_out = documents
+    if adapt_args.held_out_fraction > 0 and len(articles) < 2:
+        raise ValueError(
+            f"{path} has a single article, so none can be held out for evaluation; give a text of several articles "
+            "(WikiText ' = Title = ' headings) or --held-out-fraction 0."
+        )
+    for length in adapt_args.lengths:
+        blocks = block_count(train, length)
+        if blocks < batch_size:
+            raise ValueError(
+                f"{path} is too short for --lengths {length}: its training articles give {blocks} block(s) of "
+                f"{length} tokens, fewer than one batch of {batch_size} (--train-batch-size); use a longer text, "
+                "shorter lengths or a smaller batch."
+            )
+        if held_out and not block_count(held_out, length):
+            raise ValueError(
+                f"{path}: the {len(held_out)} held-out article(s) give no block of {length} tokens; raise "
+                "--held-out-fraction or use a longer text."
+            )
+
+
+def plan_adaptation(
+    model_args: ModelArguments,
+    tisa_args: AdaptTisaArguments,
+    args: AdaptTrainingArguments,
+    adapt_args: AdaptArguments,
+) -> AdaptationPlan:
+    """Checks every request against the checkpoint's config, the tokenizer and the text; loads no weights."""
+    if adapt_args.train_text is None:
+        raise ValueError("--train-text is required: a plain-text file such as WikiText's valid.txt.")
+    if Path(args.output_dir, "metrics.json").is_file():
+        raise ValueError(f"{args.output_dir} holds a finished run; choose another --output-dir or remove it.")
+    if not 0 <= adapt_args.held_out_fraction < 1:
+        raise ValueError(f"--held-out-fraction must be in [0, 1); got {adapt_args.held_out_fraction}.")
+    facts = CheckpointFacts.read(model_args.model)
+    tisa = _check_settings(facts, tisa_args, adapt_args)
+    _check_lengths(facts, tisa, args, adapt_args)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_args.tokenizer or model_args.model))
+    articles = read_articles(adapt_args.train_text)
+    train, held_out = split_articles(articles, adapt_args.held_out_fraction)
+    documents = (tokenize_articles(train, tokenizer), tokenize_articles(held_out, tokenizer) if held_out else [])
+    _check_text(adapt_args.train_text, articles, documents, args.train_batch_size, adapt_args)
+    return AdaptationPlan(facts, tisa, tokenizer, *documents, curriculum_steps(args.max_steps, len(adapt_args.lengths)))
+
+
+def set_trainable(model: PreTrainedModel, train: str, objective: str) -> None:
+    """Freezes all but the trained parameters. `all` leaves the pooler frozen (no objective reaches it) and, for
+    distillation, the head too; `head` leaves the head's weights shared with the encoder (the tied decoder) frozen."""
+    base = model.base_model
+    model.requires_grad_(False)
+    if train in ("head", "all") and objective == "mlm":
+        mlm_head_of(model).requires_grad_(True)
+    if train == "head":
+        base.requires_grad_(False)  # the head's decoder weight is the encoder's word embeddings
+    elif train == "all":
+        base.requires_grad_(True)
+        if getattr(base, "pooler", None) is not None:
+            base.pooler.requires_grad_(False)
+    else:
+        base.tisa.requires_grad_(True)
+
+
+@contextlib.contextmanager
+def transformers_errors_only() -> Iterator[None]:
+    """Lets only transformers' errors through (its warnings are back afterwards)."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def build_objective(
+    plan: AdaptationPlan, model_args: ModelArguments, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments
+) -> nn.Module:
+    """The student (with its head when the checkpoint has one) inside its objective; for distillation, the
+    unpatched teacher too."""
+    new_head = adapt_args.objective == "mlm" and not plan.facts.has_mlm_head  # --train head (checked)
+    auto_class = AutoModelForMaskedLM if plan.facts.has_mlm_head or new_head else AutoModel
+    # A new head: transformers' load report would list it (and the pooler a masked-LM model drops) as missing
+    # weights, which is what was asked for.
+    with transformers_errors_only() if new_head else contextlib.nullcontext():
+        student, _ = load_model_and_tokenizer(auto_class, model_args, tisa_args)
+    if new_head:
+        logger.info("%s has no MLM head: a new one is initialised and trained.", plan.facts.name)
+    set_trainable(student, adapt_args.train, adapt_args.objective)
+    if adapt_args.objective == "mlm":
+        return MaskedLMObjective(student, plan.tokenizer, adapt_args.mlm_probability)
+    teacher = AutoModel.from_pretrained(plan.facts.path)
+    return DistillationObjective(student, teacher, adapt_args.distill_layers, adapt_args.distill_loss)
+
+
+def training_stages(
+    plan: AdaptationPlan, adapt_args: AdaptArguments, batch_size: int, seed: int
+) -> list[TrainingStage]:
+    """One stage per length, short to long: shuffled blocks packed from the training articles."""
+    return [
+        TrainingStage(
+            train_dataloader(
+                StackDataset(input_ids=pack_blocks(plan.train_documents, length, plan.tokenizer)),
+                batch_size,
+                default_data_collator,
+                seed,
+            ),
+            steps,
+            name=f"length {length}",
+        )
+        for length, steps in zip(adapt_args.lengths, plan.steps, strict=True)
+    ]
+
+
+def held_out_loaders(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_size: int) -> dict[int, DataLoader]:
+    """Per length, the held-out blocks (spread over the text) and, for the MLM objective, their fixed masks."""
+    loaders = {}
+    for length in adapt_args.lengths if plan.held_out_documents else ():
+        blocks = pack_blocks(plan.held_out_documents, length, plan.tokenizer)
+        blocks = spread_selection(blocks, adapt_args.max_eval_blocks)
+        columns = {"input_ids": blocks}
+        if adapt_args.objective == "mlm":
+            masked, labels = mask_blocks(blocks, plan.tokenizer, adapt_args.mlm_probability, EVAL_MASKING_SEED)
+            columns = {"input_ids": masked, "labels": labels}
+        loaders[length] = DataLoader(StackDataset(**columns), batch_size=batch_size, collate_fn=default_data_collator)
+    return loaders
+
+
+def evaluation_callback(accelerator: Accelerator, objective: nn.Module, loaders: dict[int, DataLoader]):
+    """The objective's loss on the held-out blocks of every length (token-weighted over all processes)."""
+
+    def evaluate() -> dict[str, dict[str, float]]:
+        losses = {}
+        for length, loader in loaders.items():
+            total, count = 0.0, 0
+            for batch in loader:
+                output = objective(**batch)
+                sums, counts = accelerator.gather_for_metrics((output.sums, output.counts))
+                total += sums.sum().item()
+                count += counts.sum().item()
+            losses[str(length)] = total / count
+        return {"held_out_loss": losses}
+
+    return evaluate
+
+
+def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_size: int) -> dict[str, Any]:
+    """How the model was adapted, for metrics.json and the model card."""
+    record: dict[str, Any] = {"objective": adapt_args.objective, "train": adapt_args.train}
+    if adapt_args.objective == "distill":
+        record.update(
+            teacher=plan.facts.name, distill_layers=adapt_args.distill_layers, distill_loss=adapt_args.distill_loss
+        )
+    else:
+        record["mlm_probability"] = adapt_args.mlm_probability
+    record.update(
+        text=adapt_args.train_text,
+        articles={"train": len(plan.train_documents), "held_out": len(plan.held_out_documents)},
+        batch_size=batch_size,
+        curriculum=[
+            {"length": length, "steps": steps, "blocks": block_count(plan.train_documents, length)}
+            for length, steps in zip(adapt_args.lengths, plan.steps, strict=True)
+        ],
+    )
+    return record
+
+
+def run(
+    model_args: ModelArguments,
+    tisa_args: AdaptTisaArguments,
+    args: AdaptTrainingArguments,
+    adapt_args: AdaptArguments,
+) -> dict[str, Any]:
+    """One adaptation run; returns what it writes to metrics.json."""
+    started = time.perf_counter()
+    args = resolve_schedule(args, num_batches=args.max_steps)  # steps are always given: resolves the warm-up ratio
+    plan = plan_adaptation(model_args, tisa_args, args, adapt_args)
+    config = resolved_config(model_args, tisa_args, args, adapt_args)
+    accelerator, batch_size = start_run(args, config)
+    objective = build_objective(plan, model_args, tisa_args, adapt_args)
+    if isinstance(objective, DistillationObjective):
+        objective.teacher.to(accelerator.device)
+    stages = training_stages(plan, adapt_args, batch_size, args.seed)
+    eval_loaders = held_out_loaders(plan, adapt_args, args.eval_batch_size)
+    optimizer, scheduler = build_optimizer(objective, args, tisa_args.tisa_lr)
+    objective, optimizer, scheduler, *loaders = accelerator.prepare(
+        objective, optimizer, scheduler, *(stage.dataloader for stage in stages), *eval_loaders.values()
+    )
+    for stage, loader in zip(stages, loaders[: len(stages)], strict=True):
+        stage.dataloader = loader
+    eval_loaders = dict(zip(eval_loaders, loaders[len(stages) :], strict=True))
+    init_trackers(accelerator, "adapt", config)
+    evaluate = evaluation_callback(accelerator, objective, eval_loaders)
+    state = fit(accelerator, objective, optimizer, scheduler, stages, evaluate, args)
+
+    record = run_record("adapt", model_args, tisa_args, args, state, accelerator, started, config)
+    record["tisa"] = plan.tisa.to_dict() if plan.tisa else None
+    record["adaptation"] = adaptation_record(plan, adapt_args, args.train_batch_size)
+    finish_run(accelerator, accelerator.unwrap_model(objective).model, plan.tokenizer, args, record)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main("tisa-hf adapt", ARGUMENT_TYPES, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
