@@ -29,14 +29,10 @@ from transformers import AttentionInterface
 from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
-from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from .kernels import TisaPositionBias, toeplitz_from_offsets
+from .names import BIAS_ATTRIBUTE, LAYER_INDEX_KWARG, SITE_ATTRIBUTE
 
-PREFIX = "tisa_"
-LAYER_INDEX_KWARG = "tisa_layer_index"
-SITE_ATTRIBUTE = "tisa_site"
-BIAS_ATTRIBUTE = "tisa"
 BLOCK_BIAS_BYTES = 64 * 2**20
 _FUSED_DTYPES = (torch.float32,)
 _UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
@@ -62,16 +58,6 @@ class TisaSite:
     def layer_index(self, kwargs: dict) -> int:
         passed = kwargs.pop(LAYER_INDEX_KWARG, None)
         return self.layer if self.layer is not None else passed + self.offset
-
-
-def tisa_implementation(name: str | None) -> str | None:
-    """`sdpa` -> `tisa_sdpa`; TISA's names and None are returned as they are."""
-    return name if name is None or name.startswith(PREFIX) else PREFIX + name
-
-
-def plain_implementation(name: str | None) -> str | None:
-    """`tisa_sdpa` -> `sdpa`."""
-    return name.removeprefix(PREFIX) if name is not None else None
 
 
 def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
@@ -118,9 +104,13 @@ def tisa_eager_attention_forward(
     kernels, layer = _site_bias(module, query, kwargs)
     if kernels is not None:
         attention_mask = merge_bias(attention_mask, kernels(layer, query.shape[2], bias_dtype(query)))
-    return eager_attention_forward(
-        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-    )
+    # transformers has no shared eager function (each model file has its own copy); this is that same computation.
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = nn.functional.dropout(weights.softmax(-1), p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
 def tisa_sdpa_attention_forward(

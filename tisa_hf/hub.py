@@ -14,8 +14,8 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
+from .config_types import plain_model_config
 from .counting import PositionalParameterCount, count_positional_parameters
-from .modeling import plain_model_config
 from .patching import tisa_config_of
 
 KERNEL_PLOT = "tisa_scoring_functions.png"

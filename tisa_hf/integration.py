@@ -1,37 +1,49 @@
 """What `import tisa_hf` does to transformers, all of it additive:
 
-- registers TISA's attention functions under names of their own (`tisa_sdpa`, ...) and the TISA model types
-  (`tisa_hf_bert`, ...) with the Auto classes; transformers' own entries are never replaced;
-- lets `from_pretrained` (and `from_config`) of transformers' own classes hand a model that asks for TISA, by
-  `tisa=...` or by a config written by tisa-hf 0.1 (a plain model type carrying a `tisa` dict), to its TISA class.
-  Every other call reaches transformers' function unchanged, with the same arguments.
+- the TISA config types (`tisa_hf_bert`, ...) are registered with `AutoConfig`; their model classes join the
+  `AutoModel*` mappings when the first config of the type exists (that imports the architecture's model code only
+  when it is used);
+- TISA's attention functions are registered under names of their own (`tisa_sdpa`, ...);
+- `from_pretrained` / `from_config` of transformers' classes hand a model that asks for TISA (`tisa=...`, or a
+  config written by tisa-hf 0.1: a plain model type carrying a `tisa` dict) to its TISA class. Every other call
+  reaches transformers' function unchanged, with the same arguments.
+
+transformers' own entries are never replaced.
 """
 
 from __future__ import annotations
 
 import functools
-
-from transformers import PreTrainedConfig, PreTrainedModel
-
-from .adapters import ADAPTERS, BUILTIN_ADAPTERS, adapter_for
-from .attention import register_attention_functions
-from .modeling import TisaModelMixin, register_adapter, tisa_model_class, to_tisa_config
+from types import ModuleType
 
 _INSTALLED_MARK = "_tisa_hf_installed"
 
 
 def _legacy_tisa(config: object) -> dict | None:
     """The `tisa` dict of a plain-type config written by tisa-hf 0.1 (or built with `tisa=`), else None."""
+    from transformers import PreTrainedConfig
+
     return config.__dict__.get("tisa") if isinstance(config, PreTrainedConfig) else None
+
+
+def _is_tisa_class(cls: type) -> bool:
+    from .modeling import TisaModelMixin
+
+    return issubclass(cls, TisaModelMixin)
 
 
 def _is_plain_class(cls: type) -> bool:
     """A transformers class (not a TISA one) of a supported architecture."""
-    return not issubclass(cls, TisaModelMixin) and getattr(cls.config_class, "model_type", None) in ADAPTERS
+    from .adapters import ADAPTERS
+
+    return not _is_tisa_class(cls) and getattr(cls.config_class, "model_type", None) in ADAPTERS
 
 
 def _tisa_class(cls: type) -> type:
     """The TISA class for a class asked for TISA; an unsupported architecture is an error naming the supported."""
+    from .adapters import adapter_for
+    from .modeling import tisa_model_class
+
     adapter_for(cls.config_class.model_type)
     return tisa_model_class(cls)
 
@@ -39,7 +51,7 @@ def _tisa_class(cls: type) -> type:
 def _from_pretrained(original):
     @functools.wraps(original)
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        if issubclass(cls, TisaModelMixin):
+        if _is_tisa_class(cls):
             return original.__func__(cls, pretrained_model_name_or_path, *model_args, **kwargs)
         tisa = kwargs.pop("tisa", None)
         config = kwargs.get("config")
@@ -51,7 +63,9 @@ def _from_pretrained(original):
                 return model
             kwargs["config"] = model.config  # a 0.1 checkpoint loaded by a class: load it again, with its kernels
             del model
-        if isinstance(kwargs.get("config"), PreTrainedConfig):
+        if _legacy_tisa(kwargs.get("config")) is not None or (tisa is not None and kwargs.get("config") is not None):
+            from .config_types import to_tisa_config
+
             kwargs["config"] = to_tisa_config(kwargs["config"], legacy or tisa)
         return _tisa_class(cls).from_pretrained(pretrained_model_name_or_path, *model_args, tisa=tisa, **kwargs)
 
@@ -62,20 +76,42 @@ def _from_config(original):
     @functools.wraps(original)
     def from_config(cls, config, **kwargs):
         legacy = _legacy_tisa(config)
-        if legacy is None or issubclass(cls, TisaModelMixin):
+        if legacy is None or _is_tisa_class(cls):
             return original.__func__(cls, config, **kwargs)
+        from .config_types import to_tisa_config
+
         return _tisa_class(cls)._from_config(to_tisa_config(config, legacy), **kwargs)
 
     return classmethod(from_config)
 
 
-def install() -> None:
-    """Registers the attention functions and model types and installs the `from_pretrained` hand-over (idempotent)."""
+def install_config_types(configuration_auto: ModuleType) -> None:
+    """Registers the TISA config types with `AutoConfig`; run once transformers' Auto configs are imported."""
+    from .adapters import ADAPTERS
+    from .config_types import register_config_type
+
+    for adapter in ADAPTERS.values():
+        register_config_type(adapter)
+
+
+def install_model_hooks(modeling_utils: ModuleType) -> None:
+    """Registers TISA's attention functions and the `from_pretrained` hand-over (idempotent); run once
+    `transformers.modeling_utils` is imported."""
+    from .attention import register_attention_functions
+
     register_attention_functions()
-    for adapter in BUILTIN_ADAPTERS:
-        register_adapter(adapter)
-    if getattr(PreTrainedModel, _INSTALLED_MARK, False):
+    model_class = modeling_utils.PreTrainedModel
+    if getattr(model_class, _INSTALLED_MARK, False):
         return
-    PreTrainedModel.from_pretrained = _from_pretrained(PreTrainedModel.from_pretrained)
-    PreTrainedModel._from_config = _from_config(PreTrainedModel._from_config)
-    setattr(PreTrainedModel, _INSTALLED_MARK, True)
+    model_class.from_pretrained = _from_pretrained(model_class.from_pretrained)
+    model_class._from_config = _from_config(model_class._from_config)
+    setattr(model_class, _INSTALLED_MARK, True)
+
+
+def install() -> None:
+    """Registers the config types, the attention functions and the `from_pretrained` hand-over (idempotent)."""
+    import transformers.modeling_utils
+    import transformers.models.auto.configuration_auto
+
+    install_config_types(transformers.models.auto.configuration_auto)
+    install_model_hooks(transformers.modeling_utils)

@@ -1,7 +1,7 @@
 """TISA model types: how a TISA checkpoint declares itself and loads strictly.
 
-Every supported architecture gets a config class and model classes of its own, built from transformers' classes
-and registered with `AutoConfig` and the `AutoModel*` classes when `tisa_hf` is imported:
+Every supported architecture gets a config class (`config_types`) and model classes of its own, built from
+transformers' classes and registered with `AutoConfig` and the `AutoModel*` classes:
 
 - `model_type` is `tisa_hf_<base type>` (`tisa_hf_bert`, ...). A saved TISA model therefore fails to load
   without tisa_hf, with transformers' own error naming that model type, instead of loading silently without its
@@ -15,66 +15,23 @@ and registered with `AutoConfig` and the `AutoModel*` classes when `tisa_hf` is 
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
 
 import transformers.models.auto.modeling_auto as auto_models
-from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
+from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils.generic import is_flash_attention_requested
 
-from .adapters import ADAPTERS, EncoderAdapter, adapter_for, base_model_type, tisa_model_type
-from .attention import BIAS_ATTRIBUTE, plain_implementation, tisa_implementation
+from .adapters import ADAPTERS, EncoderAdapter, adapter_for
 from .config import TisaConfig
+from .config_types import register_config_type, tisa_config_class, to_tisa_config
+from .names import BIAS_ATTRIBUTE, plain_implementation, tisa_implementation
 from .patching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_bias_module
 
 logger = logging.getLogger(__name__)
 
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
-_TISA_CONFIG_CLASSES: dict[type[PreTrainedConfig], type[PreTrainedConfig]] = {}
 _TISA_MODEL_CLASSES: dict[type[PreTrainedModel], type[PreTrainedModel]] = {}
-
-
-class TisaConfigMixin:
-    """The config of a TISA model: its architecture's config plus `tisa`, stored in config.json."""
-
-    @property
-    def tisa(self) -> dict[str, Any] | None:
-        return self.__dict__.get("tisa")
-
-    @tisa.setter
-    def tisa(self, value: TisaConfig | dict | bool | None) -> None:
-        self.__dict__["tisa"] = None if value is None else TisaConfig.from_value(value).to_dict()
-
-    @property
-    def _attn_implementation(self) -> str | None:
-        return self._attn_implementation_internal
-
-    @_attn_implementation.setter
-    def _attn_implementation(self, value: str | dict | None) -> None:
-        """A TISA config only ever names TISA's attention functions: `sdpa` is stored as `tisa_sdpa`."""
-        self._attn_implementation_internal = tisa_implementation(value) if isinstance(value, str) else value
-
-    @property
-    def output_attentions(self) -> bool:
-        return self._output_attentions
-
-    @output_attentions.setter
-    def output_attentions(self, value: bool) -> None:
-        if value and plain_implementation(self._attn_implementation) not in ("eager", None):
-            raise ValueError(
-                "output_attentions needs attn_implementation='eager' (attention probabilities with the TISA bias); "
-                f"this model uses {self._attn_implementation!r}."
-            )
-        self._output_attentions = value
-
-    def validate_output_attentions(self) -> None:
-        self.output_attentions = self.output_attentions
-
-    @classmethod
-    def get_config_dict(cls, *args, **kwargs) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Reads a TISA or a plain checkpoint's config as this TISA type (a plain one gains `tisa` from kwargs)."""
-        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
-        return {**config_dict, "model_type": cls.model_type}, kwargs
 
 
 class TisaModelMixin:
@@ -172,19 +129,6 @@ def _is_kernel_key(key: str) -> bool:
     return f"{BIAS_ATTRIBUTE}." in f".{key}" and key.rsplit(".", 1)[-1] in ("amplitude", "sharpness", "center")
 
 
-def tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTrainedConfig]:
-    """The TISA config class of an architecture's config class (itself if it is one)."""
-    if issubclass(config_class, TisaConfigMixin):
-        return config_class
-    if config_class not in _TISA_CONFIG_CLASSES:
-        _TISA_CONFIG_CLASSES[config_class] = type(
-            f"Tisa{config_class.__name__}",
-            (TisaConfigMixin, config_class),
-            {"model_type": tisa_model_type(config_class.model_type), "__module__": __name__},
-        )
-    return _TISA_CONFIG_CLASSES[config_class]
-
-
 def tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
     """The TISA class of an architecture's model class (itself if it is one)."""
     if issubclass(model_class, TisaModelMixin):
@@ -198,31 +142,10 @@ def tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel
     return _TISA_MODEL_CLASSES[model_class]
 
 
-def to_tisa_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool) -> PreTrainedConfig:
-    """A new TISA config with `config`'s settings and `tisa`; `config` itself is left untouched."""
-    settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
-    adapter = adapter_for(config.model_type)
-    new = tisa_config_class(adapter.config_class).from_dict(settings)
-    new.tisa = tisa
-    new._attn_implementation_internal = config._attn_implementation
-    return new
-
-
-def plain_model_config(config: PreTrainedConfig) -> PreTrainedConfig:
-    """The architecture's own config with `config`'s settings and no TISA (for the unpatched counterpart)."""
-    settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
-    return adapter_for(config.model_type).config_class.from_dict(settings)
-
-
-def tisa_model_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool = True) -> PreTrainedConfig:
-    """The TISA config of a supported architecture's config: `AutoModel*.from_config` builds a TISA model from it."""
-    return to_tisa_config(config, tisa)
-
-
-def register_tisa_classes(adapter: EncoderAdapter) -> None:
-    """Registers the TISA config class and the TISA class of every Auto mapping the architecture appears in."""
+@functools.cache
+def register_model_classes(adapter: EncoderAdapter) -> None:
+    """Registers the TISA class of every Auto mapping the architecture appears in (once per adapter)."""
     config_class = tisa_config_class(adapter.config_class)
-    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     for name in dir(auto_models):
         auto_class = getattr(auto_models, name)
         mapping = getattr(auto_class, "_model_mapping", None)
@@ -236,8 +159,5 @@ def register_tisa_classes(adapter: EncoderAdapter) -> None:
 def register_adapter(adapter: EncoderAdapter) -> None:
     """Makes a new encoder architecture patchable: its adapter, and its TISA types registered with the Auto classes."""
     ADAPTERS[adapter.model_type] = adapter
-    register_tisa_classes(adapter)
-
-
-def is_tisa_model_type(model_type: str) -> bool:
-    return base_model_type(model_type) != model_type
+    register_config_type(adapter)
+    register_model_classes(adapter)

@@ -15,16 +15,14 @@ from transformers import PreTrainedModel
 from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from .adapters import EncoderAdapter, find_base_model
-from .attention import BIAS_ATTRIBUTE, SITE_ATTRIBUTE, TisaSite
+from .attention import TisaSite
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
+from .names import BIAS_ATTRIBUTE, CONFIG_ATTRIBUTE, SITE_ATTRIBUTE
 from .profiles import extract_positional_profiles
 
 logger = logging.getLogger(__name__)
-
-CONFIG_ATTRIBUTE = "tisa_config"
-
 
 class MeanPositionEmbedding(nn.Embedding):
     """A position table whose every lookup returns the mean of the rows real tokens use (`mode="replace"`).
@@ -167,7 +165,8 @@ def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreT
     The model becomes an instance of its TISA class (so it saves as a TISA checkpoint) with a config of its own:
     the config object it was built with, which other models may share, is left as it was.
     """
-    from .modeling import tisa_model_class, to_tisa_config  # modeling builds on this module
+    from .config_types import to_tisa_config
+    from .modeling import tisa_model_class  # modeling builds on this module
 
     config = TisaConfig.from_value(tisa)
     base, adapter = find_base_model(model)

@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedModel
+from typing import TYPE_CHECKING
 
+from ..names import LAYER_INDEX_KWARG, base_model_type, tisa_model_type
 from .albert import AlbertAdapter
-from .base import LAYER_INDEX_KWARG, AttentionSite, EncoderAdapter
+from .base import AttentionSite, EncoderAdapter
 from .bert import BertAdapter
 from .distilbert import DistilBertAdapter
 from .electra import ElectraAdapter
 from .roberta import RobertaAdapter
 from .xlm_roberta import XLMRobertaAdapter
 
-TISA_MODEL_TYPE_PREFIX = "tisa_hf_"
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 ADAPTERS: dict[str, EncoderAdapter] = {}
 BUILTIN_ADAPTERS = (
     AlbertAdapter(),
@@ -25,14 +28,8 @@ BUILTIN_ADAPTERS = (
 )
 
 
-def tisa_model_type(model_type: str) -> str:
-    """`bert` -> `tisa_hf_bert`: the model type a TISA checkpoint of that architecture saves."""
-    return TISA_MODEL_TYPE_PREFIX + model_type
-
-
-def base_model_type(model_type: str) -> str:
-    """`tisa_hf_bert` -> `bert`; a plain type is returned as it is."""
-    return model_type.removeprefix(TISA_MODEL_TYPE_PREFIX)
+for _adapter in BUILTIN_ADAPTERS:
+    ADAPTERS[_adapter.model_type] = _adapter
 
 
 def supported_model_types() -> list[str]:

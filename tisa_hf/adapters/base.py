@@ -9,12 +9,16 @@ ELECTRA's projections). Patching, the positional profiles and the analyses all a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel
+import transformers
 
-from ..attention import LAYER_INDEX_KWARG
+from ..names import LAYER_INDEX_KWARG
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 __all__ = ["LAYER_INDEX_KWARG", "AttentionSite", "EncoderAdapter"]
 
@@ -33,11 +37,22 @@ class AttentionSite:
 
 
 class EncoderAdapter:
-    """Per-architecture glue. Subclasses name the model type, the base model class and where its parts live."""
+    """Per-architecture glue. Subclasses name the model type and the base model class (by its name in
+    `transformers`, so that naming it imports no model code) and where the model's parts live."""
 
     model_type: str
-    base_model_class: type[PreTrainedModel]
-    config_class: type[PreTrainedConfig]
+    base_model_class_name: str
+
+    @property
+    def base_model_class(self) -> type[PreTrainedModel]:
+        return getattr(transformers, self.base_model_class_name)
+
+    @property
+    def config_class(self) -> type[PreTrainedConfig]:
+        """transformers' config class of the model type, through its Auto mapping (imports that config only)."""
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        return CONFIG_MAPPING[self.model_type]
 
     def embeddings(self, model: PreTrainedModel) -> nn.Module:
         return model.embeddings

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from torch import nn
-from transformers import DistilBertConfig, DistilBertModel, PreTrainedModel
+from typing import TYPE_CHECKING
 
 from .base import AttentionSite, EncoderAdapter
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PreTrainedModel
 
 
 class DistilBertAdapter(EncoderAdapter):
     model_type = "distilbert"
-    base_model_class = DistilBertModel
-    config_class = DistilBertConfig
+    base_model_class_name = "DistilBertModel"
 
     def attention_sites(self, model: PreTrainedModel) -> list[AttentionSite]:
         return [AttentionSite(layer.attention, index) for index, layer in enumerate(model.transformer.layer)]

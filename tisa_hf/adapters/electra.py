@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import torch
-from transformers import ElectraConfig, ElectraModel, PreTrainedModel
+from typing import TYPE_CHECKING
 
 from .bert import BertAdapter
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
 
 
 class ElectraAdapter(BertAdapter):
     model_type = "electra"
-    base_model_class = ElectraModel
-    config_class = ElectraConfig
+    base_model_class_name = "ElectraModel"
 
     def encoder_input(self, model: PreTrainedModel, embedding_output: torch.Tensor) -> torch.Tensor:
         project = getattr(model, "embeddings_project", None)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedModel, RobertaConfig, RobertaModel
+from typing import TYPE_CHECKING
 
 from .bert import BertAdapter
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class RobertaAdapter(BertAdapter):
     model_type = "roberta"
-    base_model_class = RobertaModel
-    config_class = RobertaConfig
+    base_model_class_name = "RobertaModel"
 
     def position_row_offset(self, model: PreTrainedModel) -> int:
         return model.embeddings.padding_idx + 1

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from transformers import XLMRobertaConfig, XLMRobertaModel
-
 from .roberta import RobertaAdapter
 
 
 class XLMRobertaAdapter(RobertaAdapter):
     model_type = "xlm-roberta"
-    base_model_class = XLMRobertaModel
-    config_class = XLMRobertaConfig
+    base_model_class_name = "XLMRobertaModel"

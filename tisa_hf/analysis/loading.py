@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from .. import __version__
 from ..adapters import base_model_type, find_base_model
-from ..attention import plain_implementation
+from ..names import plain_implementation
 from ..packaged import resolve_model
 from ..patching import position_table_length, tisa_config_of
 
