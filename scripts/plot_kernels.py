@@ -63,7 +63,7 @@ def main() -> None:
         for head in range(heads):
             axis.plot(offsets, before[layer, head], linestyle="--", linewidth=0.7, color=colors[head], alpha=0.7)
             axis.plot(offsets, after[layer, head], linewidth=1.0, color=colors[head])
-        axis.set_title(f"layer {layer + 1}", fontsize=9)
+        axis.set_title(f"layer {layer}", fontsize=9)
         axis.axvline(0, color="0.8", linewidth=0.5, zorder=0)
     for axis in axes[-1]:
         axis.set_xlabel("offset k = j - i")
@@ -82,7 +82,7 @@ def main() -> None:
         spread_before = before[layer].std().item()
         spread_after = after[layer].std().item()
         change = (after[layer] - before[layer]).square().mean().sqrt().item()
-        print(f"{layer + 1:5d}  {spread_before:20.3f}  {spread_after:12.3f}  {change / spread_before:8.3f}")
+        print(f"{layer:5d}  {spread_before:20.3f}  {spread_after:12.3f}  {change / spread_before:8.3f}")
 
 
 if __name__ == "__main__":

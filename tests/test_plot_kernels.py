@@ -1,6 +1,7 @@
 """`scripts/plot_kernels.py`: rebuilds the kernels a run started from and reports how far each layer moved."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,9 @@ from transformers import BertConfig, BertModel
 
 import tisa_hf
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "plot_kernels.py"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "plot_kernels.py"
+ENVIRONMENT = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's tisa_hf, not an installed one
 
 
 def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path):
@@ -42,12 +45,14 @@ def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path):
         capture_output=True,
         text=True,
         check=True,
+        env=ENVIRONMENT,
     )
     assert out.stat().st_size > 0
     rows = [line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
     changes = {int(row[0]): float(row[3]) for row in rows}
-    assert changes[2] < 1e-5  # layer 2 is exactly the rebuilt start
-    assert changes[1] > 0.01
+    assert sorted(changes) == [0, 1]  # layers counted from 0, as in `tisa-hf analyze` and the demo
+    assert changes[1] < 1e-5  # layer 1 is exactly the rebuilt start
+    assert changes[0] > 0.01
 
 
 def test_baseline_run_is_refused(tmp_path):
@@ -66,7 +71,10 @@ def test_baseline_run_is_refused(tmp_path):
         )
     )
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "k.png")], capture_output=True, text=True
+        [sys.executable, str(SCRIPT), str(tmp_path), "--out", str(tmp_path / "k.png")],
+        capture_output=True,
+        text=True,
+        env=ENVIRONMENT,
     )
     assert result.returncode != 0
     assert "has no TISA kernels" in result.stderr

@@ -14,6 +14,7 @@ from .pipeline import AnalysisResult
 from .scoring import ScoringComparison
 
 HEATMAP_PIXELS = 128
+PROBING_PERCENTILE = 99
 PANEL_SIZE = (1.7, 1.5)
 
 
@@ -55,18 +56,16 @@ def _each_head(axes: np.ndarray, layers: list[int], draw: Callable[[Axes, int, i
 
 
 def gram_figure(result: AnalysisResult) -> Figure:
+    """P over all analysed positions and, when that is longer, over the first `prefix_length` (one panel when
+    they coincide)."""
     gram = result.gram
-    figure = Figure(figsize=(10, 4.5), layout="constrained")
+    panels = [(gram.gram, f"all {gram.gram.shape[0]} positions, Toeplitz R² {gram.r2:.3f}")]
+    if gram.prefix_length < gram.gram.shape[0]:
+        prefix = gram.gram[: gram.prefix_length, : gram.prefix_length]
+        panels.append((prefix, f"first {gram.prefix_length} positions, Toeplitz R² {gram.prefix_r2:.3f}"))
+    figure = Figure(figsize=(5 * len(panels), 4.5), layout="constrained")
     figure.suptitle("Position embedding inner products P = E_P E_P^T")
-    for axis, matrix, label in zip(
-        figure.subplots(1, 2),
-        (gram.gram, gram.gram[: gram.prefix_length, : gram.prefix_length]),
-        (
-            f"all {gram.gram.shape[0]} positions, Toeplitz R² {gram.r2:.3f}",
-            f"first {gram.prefix_length} positions, Toeplitz R² {gram.prefix_r2:.3f}",
-        ),
-        strict=True,
-    ):
+    for axis, (matrix, label) in zip(np.atleast_1d(figure.subplots(1, len(panels))), panels, strict=True):
         length = matrix.shape[0]
         image = axis.imshow(_pooled(matrix), cmap="viridis", extent=(0, length, length, 0), **_robust_limits(matrix))
         axis.set_title(label, fontsize=9)
@@ -142,6 +141,12 @@ def scoring_comparison_figure(scoring: ScoringComparison) -> Figure:
     return figure
 
 
+def probing_limits(maps: list[np.ndarray]) -> dict[str, float]:
+    """One colour scale for every head: 0 to the 99th percentile of all drawn values. Each map's own range is
+    set by a few very large probabilities (often on [CLS] or [SEP]), which leaves the rest of the map black."""
+    return {"vmin": 0.0, "vmax": float(np.percentile(np.stack(maps), PROBING_PERCENTILE))}
+
+
 def probing_figure(result: AnalysisResult) -> Figure:
     probing = result.probing
     heads, length = probing.attention.shape[0], probing.attention.shape[-1]
@@ -150,13 +155,17 @@ def probing_figure(result: AnalysisResult) -> Figure:
     figure = Figure(figsize=(cols * 1.9, rows * 1.9 + 0.6), layout="constrained")
     figure.suptitle(f"Identical-word probing: first-layer attention on {length} × '{probing.word}'")
     grid = figure.add_gridspec(rows, cols)
+    maps = [_pooled(probing.attention[head]) for head in range(heads)]
+    limits = probing_limits(maps)
     for head in range(heads):
         axis = figure.add_subplot(grid[head // cols, head % cols])
-        axis.imshow(_pooled(probing.attention[head]), cmap="magma", extent=(0, length, length, 0))
+        image = axis.imshow(maps[head], cmap="magma", extent=(0, length, length, 0), **limits)
         axis.set_title(f"head {head}", fontsize=7)
         axis.set_xlabel("key position (tokens)", fontsize=6)
         axis.set_ylabel("query position (tokens)", fontsize=6)
         axis.tick_params(labelsize=5)
+    scale = f"attention probability\n(all heads, 0 to {PROBING_PERCENTILE}th percentile)"
+    figure.colorbar(image, ax=figure.axes, label=scale, shrink=0.8)
     bars = figure.add_subplot(grid[-1, :])
     names = ("aiv", "opr", "opr_local", "sd", "db")
     width = 0.8 / len(names)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from .pipeline import AnalysisResult
+from .plots import PROBING_PERCENTILE
 
 SECTIONS: dict[str, str] = {
     "embeddings": "1. Toeplitzness of the position embeddings",
@@ -17,6 +18,13 @@ SECTIONS: dict[str, str] = {
     "spectral": "5. Spectral view of the position embeddings and trace vectors",
     "variance": "6. Latent position in the attention-output variance",
 }
+
+NEGATIVE_R2_NOTE = (
+    '<p class="note">R² compares each f with the F̂_P profile of the weights as they are now, the profile the kernels '
+    "are fitted to when TISA is added. After fine-tuning, f and the rest of the model have changed together, so f "
+    "need not match the profile of the fine-tuned weights any more; R² &lt; 0 means f follows that profile less "
+    "well than a constant would, not that the model is broken.</p>"
+)
 
 STYLE = (
     "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
@@ -78,7 +86,8 @@ def _section_bodies(result: AnalysisResult, figures: dict[str, Path]) -> dict[st
         "embeddings": replace_note
         + _table(
             ["positions", "Toeplitz R² of P"],
-            [[emb["length"], emb["r2"]], [emb["prefix_length"], emb["prefix_r2"]]],
+            [[emb["length"], emb["r2"]]]
+            + ([[emb["prefix_length"], emb["prefix_r2"]]] if emb["prefix_length"] < emb["length"] else []),
         )
         + figure("position_gram"),
         "profiles": replace_note
@@ -93,6 +102,7 @@ def _section_bodies(result: AnalysisResult, figures: dict[str, Path]) -> dict[st
             else f"<p>S = {scoring['num_kernels']} kernels per head; f(k) against F̂_P over |k| ≤ {scoring['window']}, "
             f"mean weighted R² {scoring['r2_mean']:.3f}. R² per layer and head:</p>"
             + _per_head_table(scoring["layers"], scoring["r2"])
+            + (NEGATIVE_R2_NOTE if min(map(min, scoring["r2"])) < 0 else "")
             + figure("scoring_functions")
         ),
         "probing": f"<p>First-layer attention on one repeated word ('{html.escape(probing['word'])}', "
@@ -100,7 +110,9 @@ def _section_bodies(result: AnalysisResult, figures: dict[str, Path]) -> dict[st
         "AIV: in-diagonal over total variance (0 = translation invariant); OPR: share of pairs where the farther "
         f"key gets more attention (0 = monotonic), also within {probing['local_offsets']} offsets; SD: symmetric "
         f"discrepancy (0 = symmetric); DB: (right - left) / (right + left) within {probing['local_offsets']} "
-        "offsets.</p>"
+        f"offsets. The heat maps share one colour scale, from 0 to the {PROBING_PERCENTILE}th percentile of all "
+        "heads' probabilities (larger ones show in its top colour), so that a few large values do not darken "
+        "the rest.</p>"
         + _table(
             ["head", "AIV", "OPR", "OPR local", "SD", "DB"],
             [

