@@ -36,12 +36,13 @@ from tisa_hf.finetune.arguments import parse_arguments, resolved_config
 from tisa_hf.finetune.glue import ARGUMENT_TYPES, load_model, load_task_data, tokenize
 from tisa_hf.finetune.glue_data import get_task
 from tisa_hf.finetune.metrics import glue_metrics
+from tisa_hf.finetune.plan import RunPlan, model_sources
+from tisa_hf.finetune.run_folder import RESUME_SAFE_SETTINGS, latest_checkpoint
 from tisa_hf.finetune.runs import versions
-from tisa_hf.finetune.trainer import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # Settings a finished run may differ in without being another run; max_steps/warmup_steps are compared apart.
-NOT_COMPARED = {"output_dir", "resume", "max_steps", "warmup_steps"}
+NOT_COMPARED = {*RESUME_SAFE_SETTINGS, "max_steps", "warmup_steps"}
 
 
 def tisa_hf_argv(options: argparse.Namespace, task: str, seed: int, overrides: list[str]) -> list[str]:
@@ -101,7 +102,7 @@ def run_trainer(settings: tuple[Any, ...], max_steps: int, warmup_steps: int, fo
     task = get_task(data_args.task)
     set_seed(args.seed)  # as tisa-hf does before loading the model: the new head starts from the same weights
     raw = load_task_data(task, data_args)
-    model, tokenizer = load_model(model_args, tisa_args, task)
+    model, tokenizer = load_model(RunPlan(None, *model_sources(model_args)), tisa_args, task)
     encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length)
     trainer_args = transformers.TrainingArguments(
         output_dir=str(folder),

@@ -7,6 +7,7 @@ import torch
 from transformers import AlbertConfig, BertConfig, DistilBertConfig, ElectraConfig, RobertaConfig, XLMRobertaConfig
 
 import tisa_hf
+from tisa_hf import hub_access
 
 TINY = dict(
     vocab_size=99,
@@ -49,6 +50,16 @@ def model_type(request) -> str:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    """The Hub probe fails the test instead of reaching out; tests that need an answer patch `hub_reachable`."""
+
+    def refuse():
+        raise AssertionError("a test tried to reach the Hugging Face Hub")
+
+    monkeypatch.setattr(hub_access, "get_session", refuse)
 
 
 @pytest.fixture(scope="session")

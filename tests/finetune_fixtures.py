@@ -114,3 +114,13 @@ def write_wikitext(path: Path, articles: int = 10, paragraphs: int = 3, words: i
             lines += [f" {sentence} , <unk> @-@ {rng.choice(WORDS)} . ", "", f" = = {rng.choice(WORDS)} = = ", ""]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def glue_argv(workspace: Path, output_dir: Path, *extra: str) -> list[str]:
+    """A 12-step `tisa-hf glue` run of the tiny BERT on the generated RTE task (evaluations at steps 6 and 12)."""
+    return [
+        "--model", str(workspace / "bert"), "--data-dir", str(workspace), "--task", "rte",
+        "--output-dir", str(output_dir), "--max-steps", "12", "--train-batch-size", "8", "--eval-batch-size", "8",
+        "--learning-rate", "1e-3", "--warmup-steps", "2", "--eval-steps", "6", "--logging-steps", "3",
+        "--max-seq-length", "32", "--no-tracking", *extra,
+    ]  # fmt: skip

@@ -329,7 +329,10 @@ def test_finished_runs_are_not_overwritten(workspace, tmp_path, capsys):
     output.mkdir()
     (output / "metrics.json").write_text("{}")
     assert adapt_run.main(adapt_argv(workspace, output)) == 2
-    assert "holds a finished run; choose another --output-dir or remove it." in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"tisa-hf adapt: {output} holds a finished run (metrics.json); pass --overwrite-output-dir to train it again "
+        "from scratch (its model and metrics are replaced), or choose another --output-dir.\n"
+    )
 
 
 def test_two_processes_match_one(workspace, tmp_path):

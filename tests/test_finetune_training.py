@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tests.finetune_fixtures import write_glue_tsv, write_rte_tsv, write_tiny_model
+from tests.finetune_fixtures import glue_argv, write_glue_tsv, write_rte_tsv, write_tiny_model
 from tisa_hf.finetune import glue, trainer
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import ARGUMENT_TYPES, main, run
@@ -32,15 +32,6 @@ def workspace(tmp_path_factory):
     write_tiny_model(root / "bert-dropout", dropout=0.1)
     write_tiny_model(root / "albert", architecture="albert")
     return root
-
-
-def glue_argv(workspace, output_dir, *extra):
-    return [
-        "--model", str(workspace / "bert"), "--data-dir", str(workspace), "--task", "rte",
-        "--output-dir", str(output_dir), "--max-steps", "12", "--train-batch-size", "8", "--eval-batch-size", "8",
-        "--learning-rate", "1e-3", "--warmup-steps", "2", "--eval-steps", "6", "--logging-steps", "3",
-        "--max-seq-length", "32", "--no-tracking", *extra,
-    ]  # fmt: skip
 
 
 def run_glue(argv):

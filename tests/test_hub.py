@@ -1,17 +1,21 @@
-"""Model cards of run directories and what `push_run` hands to huggingface_hub (no network)."""
+"""Model cards of run directories, what `push_run` hands to huggingface_hub, and what `tisa-hf push` says when an
+upload cannot work (no network: the Hub calls are replaced)."""
 
+import importlib
 import json
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import HfApi, ModelCard, errors
 from huggingface_hub.utils import filter_repo_objects
 from PIL import Image
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 import tisa_hf
-from tisa_hf import hub
+from tisa_hf import cli, hub
+from tisa_hf.packaged import MINILM_HUB_ID
 
 MINILM = tisa_hf.minilm_path()
 LAYERS, HEADS, HIDDEN, POSITIONS, KERNELS = 2, 4, 32, 64, 3
@@ -33,12 +37,12 @@ def _tiny_bert(tisa):
     return tisa_hf.patch(model, tisa) if tisa else model
 
 
-def _run_dir(path: Path, tisa=None) -> Path:
+def _run_dir(path: Path, tisa=None, base_model="google-bert/bert-base-uncased") -> Path:
     model = _tiny_bert(tisa)
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(MINILM).save_pretrained(path)
     record = {
-        "config": {"task": "RTE", "model": "google-bert/bert-base-uncased", "learning_rate": 3e-5},
+        "config": {"task": "RTE", "model": base_model, "learning_rate": 3e-5},
         "seed": 13,
         "metrics": METRICS,
         "versions": {"transformers": "5.23.0", "torch": torch.__version__},
@@ -159,7 +163,72 @@ def test_push_uploads_model_files_but_no_checkpoints(run_dir, monkeypatch):
 
 
 def test_cli_passes_arguments(run_dir, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
     seen = {}
     monkeypatch.setattr(hub, "push_run", lambda run, repo, private: seen.update(run=run, repo=repo, private=private))
     assert hub.main([str(run_dir), "someone/x", "--private"]) == 0
     assert seen == {"run": run_dir, "repo": "someone/x", "private": True}
+
+
+def test_card_names_the_hub_id_of_the_base_model(tmp_path):
+    card = hub.build_model_card(_run_dir(tmp_path / "minilm-run", base_model="minilm"), repo_id="someone/x")
+    assert ModelCard(card.content).data.base_model == MINILM_HUB_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    assert f"- Base model: `{MINILM_HUB_ID}`" in card.text
+    named, unnamed = tmp_path / "named", tmp_path / "unnamed"
+    for folder, origin in ((named, "google-bert/bert-base-uncased"), (unnamed, "/home/me/models/bert")):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"model_type": "bert", "_name_or_path": origin}))
+    assert hub.base_model_id(str(named)) == "google-bert/bert-base-uncased"
+    assert hub.base_model_id(str(unnamed)) is None
+    assert hub.base_model_id(str(tmp_path)) is None  # a folder without config.json
+    assert hub.base_model_id("albert/albert-base-v2") == "albert/albert-base-v2"
+    local = hub.build_model_card(_run_dir(tmp_path / "local-run", base_model=str(unnamed)))
+    assert ModelCard(local.content).data.base_model is None
+
+
+def _connection_error():
+    """What the Hub's HTTP client raises without a network."""
+    return importlib.import_module(errors.HTTPError.__module__).ConnectError("[Errno -2] Name or service not known")
+
+
+def _unauthorized():
+    client = importlib.import_module(errors.HTTPError.__module__)
+    response = client.Response(401, request=client.Request("POST", "https://huggingface.co/api/repos/create"))
+    return errors.HfHubHTTPError("401 Client Error: Unauthorized", response=response)
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (_connection_error, "the Hugging Face Hub is unreachable ([Errno -2] Name or service not known)"),
+        (
+            _unauthorized,
+            "the Hub refused the token (401 Client Error: Unauthorized); log in with `hf auth login` or set HF_TOKEN",
+        ),
+    ],
+)
+def test_failed_push_is_one_line_with_the_retry_command(run_dir, monkeypatch, capsys, error, reason):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+
+    def fail(self, *args, **kwargs):
+        raise error()
+
+    monkeypatch.setattr(HfApi, "create_repo", fail)
+    assert cli.main(["push", str(run_dir), "someone/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"tisa-hf push: Uploading {run_dir} to someone/x failed: {reason}. The run is saved in {run_dir}; retry "
+        f"with `tisa-hf push {run_dir} someone/x`.\n"
+    )
+
+
+def test_push_checks_what_it_can_before_building_the_card(run_dir, monkeypatch, capsys):
+    monkeypatch.setattr(hub, "build_model_card", lambda *args, **kwargs: 1 / 0)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert hub.main([str(run_dir), "someone/x"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "tisa-hf push: HF_HUB_OFFLINE is set, so nothing can be uploaded to someone/x; unset it.\n"
+    )
+    assert hub.main([str(run_dir), "some one/x"]) == 2
+    assert capsys.readouterr().err.startswith("tisa-hf push: 'some one/x' is not a Hub repository id (")

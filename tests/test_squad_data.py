@@ -12,6 +12,7 @@ from tisa_hf.finetune.squad_data import (
     SquadFormatError,
     build_squad_task,
     load_squad,
+    load_squad_data,
     prepare_eval_features,
     prepare_train_features,
     read_squad_json,
@@ -196,8 +197,8 @@ def test_task_bundle_scores_oracle_logits_perfectly(tmp_path, tokenizer, version
     document = json.loads(json.dumps(SQUAD_V2))
     if not version_2:
         document["data"][0]["paragraphs"][0]["qas"].pop()
-    path = _write(tmp_path / "squad.json", document)
-    train, evaluation, examples, compute_metrics = build_squad_task(_squad_args(path, version_2), tokenizer)
+    args = _squad_args(_write(tmp_path / "squad.json", document), version_2)
+    train, evaluation, examples, compute_metrics = build_squad_task(args, load_squad_data(args), tokenizer)
     assert set(evaluation.column_names) == {"input_ids", "token_type_ids", "attention_mask"}
     assert evaluation["input_ids"] == train["input_ids"]  # same examples, same windows
     assert len(examples) == len(document["data"][0]["paragraphs"][0]["qas"])
@@ -223,8 +224,8 @@ def test_task_bundle_scores_oracle_logits_perfectly(tmp_path, tokenizer, version
         assert metrics["exact"] == pytest.approx(100 / 3)
 
 
-def test_task_bundle_rejects_a_stride_as_long_as_the_features(tmp_path, tokenizer):
+def test_task_bundle_rejects_a_stride_as_long_as_the_features(tmp_path):
     args = _squad_args(_write(tmp_path / "squad.json", SQUAD_V2), True)
     args.doc_stride = 40
     with pytest.raises(ValueError, match=r"doc_stride \(40\) must be smaller than max_seq_length \(40\)"):
-        build_squad_task(args, tokenizer)
+        load_squad_data(args)

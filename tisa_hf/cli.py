@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
+from collections.abc import Callable
+
+import huggingface_hub.utils
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tisa_hf.demo", "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload."),
@@ -18,11 +23,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "push": ("tisa_hf.hub", "Upload a run's model with a model card to the Hub."),
     "bench": ("tisa_hf.bench", "Speed and memory of TISA against plain attention."),
 }
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+PROGRESS_BAR_SWITCHES = (("transformers.utils.logging", "disable_progress_bar"), ("datasets", "disable_progress_bars"))
 
 
-def _load(target: str):
+def _load(target: str) -> Callable:
     module_name, _, function = target.partition(":")
     return getattr(importlib.import_module(module_name), function or "main")
+
+
+def configure_logging() -> None:
+    """tisa-hf's own INFO lines, other libraries' from WARNING on (accelerate's per-checkpoint notes and HTTP
+    request lines are noise in a run's log), and the libraries' progress bars only on a terminal: in a log file
+    their carriage returns pile up into one unreadable line (tisa-hf logs plain progress lines there instead).
+
+    The environment variables reach libraries imported later and child processes (sweeps); libraries imported
+    already are switched off directly (huggingface_hub's switch also covers transformers imported later)."""
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    logging.getLogger("tisa_hf").setLevel(logging.INFO)
+    if sys.stderr.isatty():
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    huggingface_hub.utils.disable_progress_bars()
+    for module, switch in PROGRESS_BAR_SWITCHES:
+        if module in sys.modules:
+            getattr(sys.modules[module], switch)()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"tisa-hf: unknown command {command!r}; choose from {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
+    configure_logging()
     return _load(COMMANDS[command][0])(rest) or 0
 
 

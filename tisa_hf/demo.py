@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from .analysis.positional_attention import analyze_profiles
 from .analysis.scoring import compare_scoring_to_profiles
 from .config import TisaConfig
 from .counting import count_positional_parameters
-from .packaged import MINILM_ALIAS, resolve_model
+from .hub_access import loading_errors, model_remedy, model_source
+from .packaged import MINILM_ALIAS
 from .patching import position_table_length
 from .profiles import DEFAULT_PROFILE_LENGTH
 
@@ -47,13 +49,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", type=int, default=5, help="S, kernels per head and layer")
     parser.add_argument("--mode", default="add", choices=["add", "replace"])
     args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as error:
+        print(f"tisa-hf demo: {error}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    source = model_source(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = resolve_model(args.model)
     tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
-
     start = time.perf_counter()
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2, tisa=tisa).eval()
+    with loading_errors(args.model, model_remedy()):
+        model = AutoModelForSequenceClassification.from_pretrained(
+            source.path, num_labels=2, tisa=tisa, local_files_only=source.local_files_only
+        ).eval()
     load_seconds = time.perf_counter() - start
     counts = count_positional_parameters(model)
     print(
@@ -66,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     mean_r2 = plot_profiles_and_kernels(model, figure)
     print(f"Mean fit R² over heads: {mean_r2:.3f}; plot: {figure}")
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with loading_errors(f"the tokenizer of {args.model}", model_remedy()):
+        tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=source.local_files_only)
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")

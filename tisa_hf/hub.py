@@ -1,25 +1,34 @@
-"""Model cards for fine-tuning runs, and uploading a run's model to the Hugging Face Hub (`tisa-hf push`)."""
+"""Model cards for fine-tuning runs, and uploading a run's model to the Hugging Face Hub (`tisa-hf push`,
+`--push-to-hub`).
+
+What can be checked without a network is checked before a run trains (`check_push_target`); a failed upload
+says that the run is saved and how to retry it, in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import sys
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub
 import torch
 import transformers
-from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, errors
+from huggingface_hub.utils import validate_repo_id
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from .config_types import plain_model_config
 from .counting import PositionalParameterCount, count_positional_parameters
+from .finetune.run_folder import METRICS_FILE
+from .hub_access import LOADING_ERRORS, describe_error
+from .packaged import MINILM_ALIAS, MINILM_HUB_ID
 from .patching import tisa_config_of
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
-METRICS_FILE = "metrics.json"
 METRICS_KEYS = ("config", "seed", "metrics", "versions", "wall_time_s")
 
 # What a run directory uploads: weights, configs, tokenizer files, the card and its plot; never training state.
@@ -48,7 +57,10 @@ IGNORE_PATTERNS = [
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
 SQUAD_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2"}
 NOT_SCORES = ("total", "thresh")  # SQuAD v2 question counts and null-score thresholds
-HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+class UploadError(ValueError):
+    """An upload that failed after the run was saved; the message says how to retry."""
 
 
 def read_run_metrics(run_dir: Path) -> dict[str, Any]:
@@ -113,6 +125,26 @@ def plot_scoring_functions(model: PreTrainedModel, path: Path, max_offset: int) 
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     return True
+
+
+def _hub_id(name: str) -> str | None:
+    """`name` if it is a Hub model id, else None."""
+    try:
+        validate_repo_id(name)
+    except errors.HFValidationError:
+        return None
+    return name
+
+
+def base_model_id(model: str) -> str | None:
+    """The Hub id a run's `--model` stands for: the packaged MiniLM's, a Hub id itself, or for a local folder the
+    `_name_or_path` of its config.json when that is a Hub id; None when there is none."""
+    if model == MINILM_ALIAS:
+        return MINILM_HUB_ID
+    config_file = Path(model, "config.json")
+    if config_file.is_file():
+        return _hub_id(str(json.loads(config_file.read_text(encoding="utf-8")).get("_name_or_path", "")))
+    return None if Path(model).exists() else _hub_id(model)
 
 
 def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResult]]:
@@ -193,7 +225,9 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     run_dir = Path(run_dir)
     record = read_run_metrics(run_dir)
     run_config, metrics = record["config"], record["metrics"]
-    task, base_model = str(record.get("task") or run_config["task"]), str(run_config["model"])
+    task = str(record.get("task") or run_config["task"])
+    base_id = base_model_id(str(run_config["model"]))
+    base_model = base_id or str(run_config["model"])
     adaptation = record.get("adaptation")
     model = load_run_model(run_dir)
     name = repo_id or str(run_dir)
@@ -202,7 +236,7 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
 
     card_data = ModelCardData(
         model_name=name,
-        base_model=base_model if HUB_ID.match(base_model) and not Path(base_model).exists() else None,
+        base_model=base_id,
         library_name="transformers",
         datasets=[dataset] if dataset else None,
         tags=["tisa", "tisa-hf", "translation-invariant-self-attention", task.lower()],
@@ -268,20 +302,44 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 
+def check_push_target(repo_id: str) -> None:
+    """Raises ValueError when an upload to `repo_id` cannot work: a malformed id, offline mode, or no token."""
+    try:
+        validate_repo_id(repo_id)
+    except errors.HFValidationError as error:
+        raise ValueError(f"{repo_id!r} is not a Hub repository id ({error}); use e.g. user/bert-tisa-rte.") from None
+    if huggingface_hub.is_offline_mode():
+        raise ValueError(f"HF_HUB_OFFLINE is set, so nothing can be uploaded to {repo_id}; unset it.")
+    if huggingface_hub.get_token() is None:
+        raise ValueError(f"Uploading to {repo_id} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN.")
+
+
+def _failure_reason(error: BaseException) -> str:
+    if isinstance(error, errors.HfHubHTTPError) and error.response.status_code in (401, 403):
+        return f"the Hub refused the token ({describe_error(error)}); log in with `hf auth login` or set HF_TOKEN"
+    return describe_error(error)
+
+
 def push_run(run_dir: str | Path, repo_id: str, private: bool = False, token: str | None = None) -> str:
     """Writes the card as `README.md` into the run directory and uploads the model files (no checkpoints or
-    logs) to `repo_id`, creating the repository if needed. Returns the commit URL."""
+    logs) to `repo_id`, creating the repository if needed. Returns the commit URL; raises UploadError."""
     run_dir = Path(run_dir)
     build_model_card(run_dir, repo_id=repo_id).save(run_dir / "README.md")
     api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    commit = api.upload_folder(
-        repo_id=repo_id,
-        folder_path=run_dir,
-        allow_patterns=UPLOAD_PATTERNS,
-        ignore_patterns=IGNORE_PATTERNS,
-        commit_message="Upload TISA fine-tuned model",
-    )
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=run_dir,
+            allow_patterns=UPLOAD_PATTERNS,
+            ignore_patterns=IGNORE_PATTERNS,
+            commit_message="Upload TISA fine-tuned model",
+        )
+    except LOADING_ERRORS as error:
+        raise UploadError(
+            f"Uploading {run_dir} to {repo_id} failed: {_failure_reason(error)}. The run is saved in {run_dir}; "
+            f"retry with `tisa-hf push {run_dir} {repo_id}`."
+        ) from None
     return str(getattr(commit, "commit_url", commit))
 
 
@@ -291,5 +349,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("repo_id", help="Hub repository, e.g. user/bert-base-tisa-rte.")
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     args = parser.parse_args(argv)
-    print(push_run(args.run_dir, args.repo_id, private=args.private))
+    try:
+        check_push_target(args.repo_id)
+        print(push_run(args.run_dir, args.repo_id, private=args.private))
+    except (ValueError, OSError) as error:  # UploadError, bad run folder, the card's model load
+        print(f"tisa-hf push: {error}", file=sys.stderr)
+        return 2
     return 0

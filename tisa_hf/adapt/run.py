@@ -2,8 +2,9 @@
 
 The curriculum runs the block lengths short to long, with `--max-steps` split equally between them (the
 remainder going to the longest ones) and one learning-rate schedule over all of them; each optimizer step takes
-`--train-batch-size` blocks whatever their length. Every request is checked against the checkpoint's config,
-the tokenizer and the text before any weights load.
+`--train-batch-size` blocks whatever their length. Every request is checked against the run folder (as for
+`tisa-hf glue`: --resume, --overwrite-output-dir), the checkpoint's config, the tokenizer and the text before any
+weights load.
 
 Writes to --output-dir what `tisa-hf glue` writes: the adapted model and tokenizer (`save_pretrained`, TISA
 included, ready for `tisa-hf glue --model DIR`), `metrics.json` (with an `adaptation` record of how it was
@@ -19,7 +20,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import transformers
@@ -30,9 +30,18 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrai
 
 from ..config import TisaConfig
 from ..finetune.arguments import ModelArguments, resolved_config
-from ..finetune.runs import command_main, finish_run, init_trackers, load_model_and_tokenizer, run_record, start_run
+from ..finetune.plan import RunPlan, plan_run
+from ..finetune.runs import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    run_record,
+    save_run_config,
+    start_run,
+)
 from ..finetune.trainer import TrainingStage, build_optimizer, fit, resolve_schedule, train_dataloader
-from ..packaged import resolve_model
+from ..hub_access import loading_errors, model_remedy
 from .arguments import AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
 from .objectives import DistillationObjective, MaskedLMObjective, mlm_head_of
@@ -60,9 +69,10 @@ def curriculum_steps(max_steps: int, stages: int) -> list[int]:
 
 @dataclass
 class AdaptationPlan:
-    """Everything checked before any weights load: the checkpoint, the student's TISA, the tokenizer and the
-    blocks of every length."""
+    """Everything checked before any weights load: the run folder and model source (`run`), the checkpoint, the
+    student's TISA, the tokenizer and the blocks of every length."""
 
+    run: RunPlan
     facts: CheckpointFacts
     tisa: TisaConfig | None
     tokenizer: Any
@@ -164,22 +174,25 @@ def plan_adaptation(
     args: AdaptTrainingArguments,
     adapt_args: AdaptArguments,
 ) -> AdaptationPlan:
-    """Checks every request against the checkpoint's config, the tokenizer and the text; loads no weights."""
+    """Checks every request against the run folder, the checkpoint's config, the tokenizer and the text; loads no
+    weights. `args` has its schedule resolved."""
     if adapt_args.train_text is None:
         raise ValueError("--train-text is required: a plain-text file such as WikiText's valid.txt.")
-    if Path(args.output_dir, "metrics.json").is_file():
-        raise ValueError(f"{args.output_dir} holds a finished run; choose another --output-dir or remove it.")
     if not 0 <= adapt_args.held_out_fraction < 1:
         raise ValueError(f"--held-out-fraction must be in [0, 1); got {adapt_args.held_out_fraction}.")
+    run_plan = plan_run(model_args, tisa_args, args, adapt_args)
     facts = CheckpointFacts.read(model_args.model)
     tisa = _check_settings(facts, tisa_args, adapt_args)
     _check_lengths(facts, tisa, args, adapt_args)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_args.tokenizer or model_args.model))
+    source = run_plan.tokenizer
+    with loading_errors(f"the tokenizer {source.path}", model_remedy()):
+        tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=source.local_files_only)
     articles = read_articles(adapt_args.train_text)
     train, held_out = split_articles(articles, adapt_args.held_out_fraction)
     documents = (tokenize_articles(train, tokenizer), tokenize_articles(held_out, tokenizer) if held_out else [])
     _check_text(adapt_args.train_text, articles, documents, args.train_batch_size, adapt_args)
-    return AdaptationPlan(facts, tisa, tokenizer, *documents, curriculum_steps(args.max_steps, len(adapt_args.lengths)))
+    steps = curriculum_steps(args.max_steps, len(adapt_args.lengths))
+    return AdaptationPlan(run_plan, facts, tisa, tokenizer, *documents, steps)
 
 
 def set_trainable(model: PreTrainedModel, train: str, objective: str) -> None:
@@ -210,9 +223,7 @@ def transformers_errors_only() -> Iterator[None]:
         transformers.logging.set_verbosity(verbosity)
 
 
-def build_objective(
-    plan: AdaptationPlan, model_args: ModelArguments, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments
-) -> nn.Module:
+def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments) -> nn.Module:
     """The student (with its head when the checkpoint has one) inside its objective; for distillation, the
     unpatched teacher too."""
     new_head = adapt_args.objective == "mlm" and not plan.facts.has_mlm_head  # --train head (checked)
@@ -220,13 +231,15 @@ def build_objective(
     # A new head: transformers' load report would list it (and the pooler a masked-LM model drops) as missing
     # weights, which is what was asked for.
     with transformers_errors_only() if new_head else contextlib.nullcontext():
-        student, _ = load_model_and_tokenizer(auto_class, model_args, tisa_args)
+        student, _ = load_model_and_tokenizer(auto_class, plan.run, tisa_args)
     if new_head:
         logger.info("%s has no MLM head: a new one is initialised and trained.", plan.facts.name)
     set_trainable(student, adapt_args.train, adapt_args.objective)
     if adapt_args.objective == "mlm":
         return MaskedLMObjective(student, plan.tokenizer, adapt_args.mlm_probability)
-    teacher = AutoModel.from_pretrained(plan.facts.path)
+    source = plan.run.model
+    with loading_errors(f"the teacher {source.path}", model_remedy()):
+        teacher = AutoModel.from_pretrained(source.path, local_files_only=source.local_files_only)
     return DistillationObjective(student, teacher, adapt_args.distill_layers, adapt_args.distill_loss)
 
 
@@ -313,8 +326,9 @@ def run(
     args = resolve_schedule(args, num_batches=args.max_steps)  # steps are always given: resolves the warm-up ratio
     plan = plan_adaptation(model_args, tisa_args, args, adapt_args)
     config = resolved_config(model_args, tisa_args, args, adapt_args)
-    accelerator, batch_size = start_run(args, config)
-    objective = build_objective(plan, model_args, tisa_args, adapt_args)
+    accelerator, batch_size = start_run(args, plan.run)
+    save_run_config(accelerator, plan.run, args.output_dir, config)
+    objective = build_objective(plan, tisa_args, adapt_args)
     if isinstance(objective, DistillationObjective):
         objective.teacher.to(accelerator.device)
     stages = training_stages(plan, adapt_args, batch_size, args.seed)
@@ -328,7 +342,7 @@ def run(
     eval_loaders = dict(zip(eval_loaders, loaders[len(stages) :], strict=True))
     init_trackers(accelerator, "adapt", config)
     evaluate = evaluation_callback(accelerator, objective, eval_loaders)
-    state = fit(accelerator, objective, optimizer, scheduler, stages, evaluate, args)
+    state = fit(accelerator, objective, optimizer, scheduler, stages, evaluate, args, resume_from=plan.run.resume_from)
 
     record = run_record("adapt", model_args, tisa_args, args, state, accelerator, started, config)
     record["tisa"] = plan.tisa.to_dict() if plan.tisa else None

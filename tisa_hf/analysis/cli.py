@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from .compare import check_scores, comparison_rows, format_table, write_comparison
+from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .loading import load_model, load_tokenizer
 from .pipeline import AnalysisOptions, analyze_model
 from .plots import save_figures
@@ -22,7 +21,9 @@ def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--word", default="the", help="the repeated word of identical-word probing")
     parser.add_argument("--include-special", action="store_true", help="keep [CLS]/[SEP] in the probing indicators")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs of analysis 6")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal anyway)"
+    )
 
 
 def _options(args: argparse.Namespace, layers: list[int] | None = None) -> AnalysisOptions:
@@ -51,7 +52,7 @@ def analyze(argv: list[str]) -> int:
     )
     parser.add_argument("model", help="local folder or Hub id of a BERT, RoBERTa or ALBERT model (TISA or not)")
     parser.add_argument("--out", required=True, help="report folder (report.html, metrics.json, figures)")
-    parser.add_argument("--layers", type=int, nargs="+", help="layers to show (default: all)")
+    parser.add_argument("--layers", type=int, nargs="+", help="layers to show, counted from 0 (default: all)")
     _add_analysis_options(parser)
     args = parser.parse_args(argv)
     try:
@@ -73,7 +74,9 @@ def compare(argv: list[str]) -> int:
         description="Key positional numbers of several encoders in one table, optionally against a score.",
     )
     parser.add_argument(
-        "models", nargs="+", help="model folders or Hub ids, or report folders of `tisa-hf analyze` (metrics.json)"
+        "models",
+        nargs="+",
+        help="model folders (fine-tuning runs included) or Hub ids, or report folders of `tisa-hf analyze`",
     )
     parser.add_argument("--scores", type=float, nargs="+", help="one score per model (e.g. GLUE dev accuracy)")
     parser.add_argument("--score-name", default="score", help="what the scores measure, for the plot")
@@ -84,10 +87,8 @@ def compare(argv: list[str]) -> int:
         check_scores(args.scores, len(args.models))
         metrics = {}
         for name in args.models:
-            report = Path(name) / "metrics.json"
-            metrics[name] = (
-                json.loads(report.read_text(encoding="utf-8")) if report.is_file() else _analyze_one(name, args).metrics
-            )
+            report = saved_report(name)
+            metrics[name] = report if report is not None else _analyze_one(name, args).metrics
         rows = comparison_rows(metrics, args.scores)
     except ValueError as error:
         print(f"tisa-hf compare: error: {error}", file=sys.stderr)

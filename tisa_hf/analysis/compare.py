@@ -12,6 +12,27 @@ from matplotlib.figure import Figure
 
 from .pipeline import key_numbers
 
+REPORT_SECTIONS = ("embeddings_toeplitz", "positional_profiles", "probing")  # what key_numbers reads
+
+
+def saved_report(path: str) -> dict | None:
+    """The metrics of a `tisa-hf analyze` report folder; None for a model (folder or Hub id) to analyse.
+
+    A folder holding config.json is a model, whatever else it holds: a fine-tuning run folder keeps its training
+    metrics.json next to the model. A folder with a metrics.json but no model must be a report."""
+    folder = Path(path)
+    metrics_file = folder / "metrics.json"
+    if (folder / "config.json").is_file() or not metrics_file.is_file():
+        return None
+    metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+    missing = [key for key in REPORT_SECTIONS if key not in metrics]
+    if missing:
+        raise ValueError(
+            f"{metrics_file} is not a `tisa-hf analyze` report (it lacks {', '.join(missing)}), and {folder} holds "
+            "no model (config.json); pass a report folder, a model folder or a Hub id."
+        )
+    return metrics
+
 
 def check_scores(scores: list[float] | None, num_models: int) -> None:
     if scores is not None and len(scores) != num_models:

@@ -11,32 +11,31 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from .. import __version__
 from ..adapters import base_model_type, find_base_model
+from ..hub_access import LOADING_ERRORS, describe_error, loading_errors, model_remedy, model_source
 from ..names import plain_implementation
-from ..packaged import resolve_model
 from ..patching import position_table_length, tisa_config_of
 
 
 def load_model(path_or_id: str) -> PreTrainedModel:
     """The base encoder of a local folder or Hub id (a TISA checkpoint comes back patched), with eager
     attention so that attention probabilities can be read. `minilm` names the packaged MiniLM."""
-    try:
-        model = AutoModel.from_pretrained(resolve_model(path_or_id), attn_implementation="eager")
-    except OSError as error:
-        raise ValueError(
-            f"Could not load a model from {path_or_id!r}: {error}. Pass a folder holding config.json and the "
-            "weights, or a Hub id reachable from this machine."
-        ) from None
+    source = model_source(path_or_id, option="model")
+    with loading_errors(f"a model from {path_or_id!r}", model_remedy("model")):
+        model = AutoModel.from_pretrained(
+            source.path, attn_implementation="eager", local_files_only=source.local_files_only
+        )
     find_base_model(model)
     return model.eval()
 
 
 def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
+    source = model_source(path_or_id, option="tokenizer")
     try:
-        return AutoTokenizer.from_pretrained(resolve_model(path_or_id))
-    except (OSError, ValueError) as error:
+        return AutoTokenizer.from_pretrained(source.path, local_files_only=source.local_files_only)
+    except (*LOADING_ERRORS, ValueError) as error:  # ValueError: a model folder without tokenizer files
         raise ValueError(
-            f"Could not load a tokenizer from {path_or_id!r} ({error}). The probing and trace analyses need one: "
-            "pass --tokenizer PATH_OR_ID."
+            f"Could not load a tokenizer from {path_or_id!r} ({describe_error(error)}). The probing and trace "
+            "analyses need one: pass --tokenizer PATH_OR_ID."
         ) from None
 
 

@@ -83,7 +83,7 @@ def analyze_model(
     options = options or AnalysisOptions()
     length = analysis_length(model, options.max_len)
     model.eval()
-    steps = tqdm(total=6, desc="analyze", unit="step", disable=not options.progress)
+    steps = tqdm(total=6, desc="analyze", unit="step", disable=None if options.progress else True)  # None: TTY only
 
     def step(name: str) -> None:
         steps.set_postfix_str(name)

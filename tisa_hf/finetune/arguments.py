@@ -124,7 +124,21 @@ class TrainingArguments:
     )
     checkpoint_steps: int = field(default=0, metadata={"help": "Save a resumable checkpoint every N steps (0: never)."})
     logging_steps: int = field(default=50, metadata={"help": "Log the training loss every N steps."})
-    resume: bool = field(default=False, metadata={"help": "Continue from the latest checkpoint in output_dir."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Continue from the latest checkpoint in output_dir, with the settings it was started with."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train from scratch into an output_dir that holds a finished run or checkpoints."},
+    )
+    resume_without_rng_state: bool = field(
+        default=False,
+        metadata={
+            "help": "With --resume: continue even if the checkpoint's random-number state cannot be read (the "
+            "result then differs from an uninterrupted run)."
+        },
+    )
     mixed_precision: Literal["no", "fp16", "bf16"] = field(default="no", metadata={"help": "Autocast precision."})
     report_to: str = field(default="tensorboard", metadata={"help": "Accelerate tracker(s), comma separated."})
     no_tracking: bool = field(default=False, metadata={"help": "Log to no tracker."})

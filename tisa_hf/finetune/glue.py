@@ -23,6 +23,7 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from .arguments import GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
 from .glue_data import GlueTask, get_task, load_glue
 from .metrics import glue_metrics
+from .plan import RunPlan, plan_run
 from .predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
 from .runs import (
     command_main,
@@ -33,6 +34,7 @@ from .runs import (
     run_record,
     start_run,
 )
+from .splits import first_examples
 from .trainer import build_optimizer, fit, train_dataloader
 
 logger = logging.getLogger(__name__)
@@ -43,10 +45,9 @@ ARGUMENT_TYPES = (ModelArguments, TisaArguments, TrainingArguments, GlueDataArgu
 def load_task_data(task: GlueTask, data_args: GlueDataArguments) -> datasets.DatasetDict:
     """The task's train and dev splits from the configured source, cut to --max_train/eval_samples."""
     raw = load_glue(task, data_args.data_dir, data_args.train_file, data_args.validation_file, data_args.dataset_name)
-    limits = {"train": data_args.max_train_samples, **dict.fromkeys(task.eval_splits, data_args.max_eval_samples)}
-    for split, limit in limits.items():
-        if limit is not None:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    raw["train"] = first_examples(raw["train"], data_args.max_train_samples, "--max-train-samples")
+    for split in task.eval_splits:
+        raw[split] = first_examples(raw[split], data_args.max_eval_samples, "--max-eval-samples")
     return raw
 
 
@@ -85,10 +86,10 @@ class GlueEvaluator:
         }
 
 
-def load_model(model_args: ModelArguments, tisa_args: TisaArguments, task: GlueTask):
+def load_model(plan: RunPlan, tisa_args: TisaArguments, task: GlueTask):
     extra = {"problem_type": "regression"} if task.is_regression else {}
     model, tokenizer = load_model_and_tokenizer(
-        AutoModelForSequenceClassification, model_args, tisa_args, num_labels=task.num_labels, **extra
+        AutoModelForSequenceClassification, plan, tisa_args, num_labels=task.num_labels, **extra
     )
     if task.label_names is not None:
         model.config.id2label = dict(enumerate(task.label_names))
@@ -99,13 +100,14 @@ def load_model(model_args: ModelArguments, tisa_args: TisaArguments, task: GlueT
 def run(
     model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, data_args: GlueDataArguments
 ) -> dict[str, Any]:
-    """One fine-tuning run; returns what it writes to metrics.json."""
+    """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source and data are
+    all checked before the model is loaded."""
     started = time.perf_counter()
     task = get_task(data_args.task)
-    accelerator, batch_size = start_run(args)
-
+    plan = plan_run(model_args, tisa_args, args, data_args)
     raw = load_task_data(task, data_args)
-    model, tokenizer = load_model(model_args, tisa_args, task)
+    accelerator, batch_size = start_run(args, plan)
+    model, tokenizer = load_model(plan, tisa_args, task)
     with accelerator.main_process_first():
         encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length)
     collate = DataCollatorWithPadding(tokenizer)
@@ -114,7 +116,7 @@ def run(
         DataLoader(encoded[split], batch_size=args.eval_batch_size, collate_fn=collate) for split in task.eval_splits
     ]
     (_, _, args, _), config, steps_per_epoch = resolve_settings(
-        accelerator, (model_args, tisa_args, args, data_args), len(train_loader)
+        accelerator, plan, (model_args, tisa_args, args, data_args), len(train_loader)
     )
     optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
     model, optimizer, scheduler, train_loader, *eval_loaders = accelerator.prepare(
@@ -122,7 +124,9 @@ def run(
     )
     init_trackers(accelerator, "glue", config)
     evaluate = GlueEvaluator(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
-    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args, score=task.main_score)
+    state = fit(
+        accelerator, model, optimizer, scheduler, train_loader, evaluate, args, task.main_score, plan.resume_from
+    )
 
     record = run_record(task.name, model_args, tisa_args, args, state, accelerator, started, config, steps_per_epoch)
     predictions = RunPredictions(task.name, state.model_step, evaluate.outputs)

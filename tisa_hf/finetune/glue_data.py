@@ -14,6 +14,9 @@ from pathlib import Path
 
 import datasets
 
+from ..hub_access import check_hub_dataset, loading_errors
+from .splits import no_examples, require_examples
+
 
 @dataclass(frozen=True)
 class GlueTask:
@@ -114,6 +117,8 @@ def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
     with path.open(encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = None if isinstance(task.tsv_columns[0], int) else next(rows, None)
+        if header is None and not isinstance(task.tsv_columns[0], int):
+            raise ValueError(f"{path} is empty; GLUE {task.folder} files start with a header row.")
         if header is not None:
             missing = [name for name in task.tsv_columns if name not in header]
             if missing:
@@ -137,7 +142,7 @@ def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
             for name, text in zip(task.text_columns, texts, strict=True):
                 columns[name].append(text)
             columns["label"].append(_label_value(task, label, where))
-    return datasets.Dataset.from_dict(columns)
+    return require_examples(datasets.Dataset.from_dict(columns), str(path))
 
 
 def _task_folder(data_dir: Path, task: GlueTask) -> Path:
@@ -158,14 +163,20 @@ def load_glue_tsv(data_dir: str | Path, task: GlueTask) -> datasets.DatasetDict:
 
 
 def check_json_file(path: Path) -> None:
-    """A JSON document or JSON lines; raises with the path and line of the first malformed record."""
+    """A JSON document or JSON lines with at least one record; raises with the path and line of the first
+    malformed record."""
     text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise no_examples(str(path))
     try:
-        json.loads(text)
-        return
+        document = json.loads(text)
     except json.JSONDecodeError as document_error:
         if text.lstrip().startswith("[") or text.count("\n") <= 1:
             raise ValueError(f"{path}:{document_error.lineno}: malformed JSON ({document_error.msg}).") from None
+    else:
+        if document == []:
+            raise no_examples(str(path))
+        return
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
@@ -175,16 +186,21 @@ def check_json_file(path: Path) -> None:
 
 
 def check_csv_file(path: Path) -> None:
-    """Raises with the path and line of the first row whose field count differs from the header's."""
+    """A header and at least one row; raises with the path and line of the first row whose field count differs
+    from the header's."""
     csv.field_size_limit(sys.maxsize)
     with path.open(encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle)
         header = next(rows, None)
         if header is None:
             raise ValueError(f"{path}:1: empty CSV file, expected a header row.")
+        examples = 0
         for row in rows:
             if row and len(row) != len(header):
                 raise ValueError(f"{path}:{rows.line_num}: expected {len(header)} fields, found {len(row)}.")
+            examples += bool(row)
+    if not examples:
+        raise no_examples(str(path))
 
 
 DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
@@ -235,7 +251,12 @@ def load_glue(
         if not (train_file and validation_file):
             raise ValueError("--train-file and --validation-file go together.")
         return load_data_files(train_file, validation_file, task)
-    loaded = datasets.load_dataset(dataset_name, task.name)
-    return datasets.DatasetDict({split: loaded[split] for split in ("train", *task.eval_splits)}).select_columns(
-        [*task.text_columns, "label"]
-    )
+    remedy = "pass --data-dir with the GLUE TSV files, or --train-file and --validation-file"
+    check_hub_dataset(dataset_name, remedy)
+    with loading_errors(f"{dataset_name} ({task.name})", remedy):
+        loaded = datasets.load_dataset(dataset_name, task.name)
+    splits = {
+        split: require_examples(loaded[split], f"{dataset_name} ({task.name}) split {split}")
+        for split in ("train", *task.eval_splits)
+    }
+    return datasets.DatasetDict(splits).select_columns([*task.text_columns, "label"])

@@ -1,10 +1,10 @@
 """What every fine-tuning command shares: model loading, the run folder (run_config.yaml, metrics.json, the saved
-model), the summary record and the command-line wrapper. The task modules (GLUE, SQuAD) add data and metrics."""
+model, the upload), the summary record and the command-line wrapper. The task modules (GLUE, SQuAD) add data and
+metrics; `plan.plan_run` checks a run before any of this."""
 
 from __future__ import annotations
 
 import json
-import logging
 import platform
 import shutil
 import sys
@@ -23,7 +23,9 @@ from accelerate.utils import set_seed
 from transformers import AutoTokenizer
 
 from .. import __version__
-from ..packaged import resolve_model
+from ..cli import configure_logging
+from ..hub import UploadError, push_run
+from ..hub_access import loading_errors, model_remedy
 from .arguments import (
     ModelArguments,
     TisaArguments,
@@ -31,23 +33,28 @@ from .arguments import (
     parse_arguments,
     resolved_config,
 )
+from .plan import RunPlan
+from .run_folder import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, check_resolved_schedule, clear_output_dir
 from .trainer import (
-    CHECKPOINTS_DIR,
     TrainerState,
     build_accelerator,
+    check_rng_state,
     micro_batch_size,
     optimizer_steps_per_epoch,
     resolve_schedule,
 )
 
 
-def load_model_and_tokenizer(auto_class: type, model_args: ModelArguments, tisa_args: TisaArguments, **config: Any):
-    """`auto_class.from_pretrained(--model, tisa=..., **config)` (TISA only when set) and the tokenizer."""
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_args.tokenizer or model_args.model))
+def load_model_and_tokenizer(auto_class: type, plan: RunPlan, tisa_args: TisaArguments, **config: Any):
+    """`auto_class.from_pretrained(--model, tisa=..., **config)` (TISA only when set) and the tokenizer, from
+    where `plan_run` found them; a failed load is one line naming the way out."""
+    with loading_errors(f"the tokenizer {plan.tokenizer.path}", model_remedy()):
+        tokenizer = AutoTokenizer.from_pretrained(plan.tokenizer.path, local_files_only=plan.tokenizer.local_files_only)
     tisa = tisa_args.tisa_config()
     if tisa is not None:
         config["tisa"] = tisa
-    model = auto_class.from_pretrained(resolve_model(model_args.model), **config)
+    with loading_errors(f"the model {plan.model.path}", model_remedy()):
+        model = auto_class.from_pretrained(plan.model.path, local_files_only=plan.model.local_files_only, **config)
     return model, tokenizer
 
 
@@ -62,22 +69,37 @@ def versions() -> dict[str, str]:
     }
 
 
-def start_run(args: TrainingArguments) -> tuple[Accelerator, int]:
-    """The accelerator and the data-loader batch size; checks the batch sizes, creates the run folder, seeds."""
+def start_run(args: TrainingArguments, plan: RunPlan) -> tuple[Accelerator, int]:
+    """The accelerator and the data-loader batch size; checks the batch sizes and the checkpoint's random-number
+    state, clears the folder for --overwrite-output-dir, creates the run folder, seeds."""
     accelerator = build_accelerator(args)
     batch_size = micro_batch_size(args, accelerator.num_processes)
     if args.eval_batch_size % accelerator.num_processes:
         raise ValueError(
             f"eval_batch_size {args.eval_batch_size} must be a multiple of the {accelerator.num_processes} processes."
         )
+    if plan.resume_from is not None:
+        check_rng_state(plan.resume_from, accelerator.num_processes, args.resume_without_rng_state)
     if accelerator.is_main_process:
+        if args.overwrite_output_dir:
+            clear_output_dir(args.output_dir)
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
     set_seed(args.seed)
     return accelerator, batch_size
 
 
+def save_run_config(accelerator: Accelerator, plan: RunPlan, output_dir: str, config: dict[str, Any]) -> None:
+    """Writes the resolved settings to run_config.yaml; a resumed run first checks that they are the saved ones
+    (`check_resolved_schedule`: the step counts were unknown before the data was counted)."""
+    if plan.resume_from is not None:
+        check_resolved_schedule(output_dir, config)
+    if accelerator.is_main_process:
+        (Path(output_dir) / RUN_CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+
+
 def resolve_settings(
-    accelerator: Accelerator, settings: tuple[Any, ...], num_batches: int
+    accelerator: Accelerator, plan: RunPlan, settings: tuple[Any, ...], num_batches: int
 ) -> tuple[tuple[Any, ...], dict[str, Any], int]:
     """Once the training data is loaded (`num_batches` micro-batches an epoch): the parsed settings with the step
     and warm-up counts resolved (`resolve_schedule`), their flat config, written to run_config.yaml, and the
@@ -87,8 +109,7 @@ def resolve_settings(
     )
     args = next(value for value in settings if isinstance(value, TrainingArguments))
     config = resolved_config(*settings)
-    if accelerator.is_main_process:
-        (Path(args.output_dir) / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    save_run_config(accelerator, plan, args.output_dir, config)
     return settings, config, optimizer_steps_per_epoch(num_batches, args.gradient_accumulation_steps)
 
 
@@ -112,7 +133,7 @@ def run_record(
     accelerator: Accelerator,
     started: float,
     config: dict[str, Any],
-    steps_per_epoch: int,
+    steps_per_epoch: int | None = None,  # None: adaptation, whose stages differ in length
 ) -> dict[str, Any]:
     """What metrics.json holds: settings, seed, versions, every evaluation, the saved model's evaluation as
     `metrics` (the last one, or with --load_best_model_at_end the one of `best_step`), steps, wall time."""
@@ -144,31 +165,35 @@ def finish_run(
 ) -> None:
     """Saves the model and tokenizer, the JSON `documents` ({file name: content}, e.g. dev predictions) and
     metrics.json, last, since it marks the run finished; drops the checkpoints, pushes to the Hub when asked, and
-    ends the trackers and the process group."""
+    ends the trackers and the process group. A failed upload is raised once all that is done: the run is saved."""
     accelerator.wait_for_everyone()
+    upload_error = None
     if accelerator.is_main_process:
         output_dir = Path(args.output_dir)
         accelerator.unwrap_model(model).save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
         for name, content in (documents or {}).items():
             (output_dir / name).write_text(json.dumps(content))
-        (output_dir / "metrics.json").write_text(json.dumps(record, indent=2))
+        (output_dir / METRICS_FILE).write_text(json.dumps(record, indent=2))
         shutil.rmtree(output_dir / CHECKPOINTS_DIR, ignore_errors=True)
         if args.push_to_hub:
-            from ..hub import push_run
-
-            push_run(output_dir, args.push_to_hub)
+            try:
+                push_run(output_dir, args.push_to_hub)
+            except UploadError as error:
+                upload_error = error
     accelerator.wait_for_everyone()
     accelerator.end_training()  # also ends the process group, so it comes last
+    if upload_error is not None:
+        raise upload_error
 
 
 def command_main(
     prog: str, argument_types: tuple[type, ...], run: Callable[..., dict[str, Any]], argv: list[str] | None
 ) -> int:
     """Parses `argv` into `argument_types` and calls `run` with them; prints a one-line JSON summary, or the
-    error (exit status 2) when the settings or data are wrong."""
+    error (exit status 2) when the settings, run folder, model, data or upload are wrong."""
     argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         parsed = parse_arguments(argument_types, argv, prog=prog)
         record = run(*parsed)

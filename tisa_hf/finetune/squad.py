@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
 from .arguments import ModelArguments, TisaArguments, TrainingArguments
+from .plan import plan_run
 from .runs import (
     command_main,
     finish_run,
@@ -30,7 +31,7 @@ from .runs import (
     run_record,
     start_run,
 )
-from .squad_data import SquadArguments, build_squad_task
+from .squad_data import SquadArguments, build_squad_task, load_squad_data
 from .trainer import build_optimizer, fit, train_dataloader
 
 # SquadArguments is the one source of the data settings (max_seq_length, train_file, ...): GlueDataArguments,
@@ -73,17 +74,20 @@ def evaluation_callback(
 def run(
     model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, squad_args: SquadArguments
 ) -> dict[str, Any]:
-    """One fine-tuning run; returns what it writes to metrics.json."""
+    """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source and data are
+    all checked before the model is loaded."""
     started = time.perf_counter()
-    accelerator, batch_size = start_run(args)
-    model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, model_args, tisa_args)
+    plan = plan_run(model_args, tisa_args, args, squad_args)
+    raw = load_squad_data(squad_args)
+    accelerator, batch_size = start_run(args, plan)
+    model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, plan, tisa_args)
     with accelerator.main_process_first():
-        train_dataset, eval_dataset, _, compute_metrics = build_squad_task(squad_args, tokenizer)
+        train_dataset, eval_dataset, _, compute_metrics = build_squad_task(squad_args, raw, tokenizer)
     # Features are padded to max_seq_length already, so the default collator only stacks them.
     train_loader = train_dataloader(train_dataset, batch_size, default_data_collator, args.seed)
     eval_loader = DataLoader(eval_dataset, batch_size=args.eval_batch_size, collate_fn=default_data_collator)
     (_, _, args, _), config, steps_per_epoch = resolve_settings(
-        accelerator, (model_args, tisa_args, args, squad_args), len(train_loader)
+        accelerator, plan, (model_args, tisa_args, args, squad_args), len(train_loader)
     )
     optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
     model, optimizer, scheduler, train_loader, eval_loader = accelerator.prepare(
@@ -91,7 +95,7 @@ def run(
     )
     init_trackers(accelerator, task_name(squad_args), config)
     evaluate = evaluation_callback(accelerator, model, eval_loader, compute_metrics)
-    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args, score=main_score)
+    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args, main_score, plan.resume_from)
 
     record = run_record(
         task_name(squad_args), model_args, tisa_args, args, state, accelerator, started, config, steps_per_epoch

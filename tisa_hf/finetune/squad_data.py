@@ -13,9 +13,12 @@ import numpy as np
 from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
 from transformers import PreTrainedTokenizerFast
 
+from ..hub_access import check_hub_dataset, loading_errors
+from .splits import first_examples, no_examples, require_examples
 from .squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
 
 HUB_DATASETS = {False: "rajpurkar/squad", True: "rajpurkar/squad_v2"}
+SPLITS = ("train", "validation")
 
 SQUAD_FEATURES = Features(
     {
@@ -113,6 +116,8 @@ def read_squad_json(path: str | Path) -> Dataset:
                         "answers": {"text": texts, "answer_start": starts},
                     }
                 )
+    if not rows:
+        raise no_examples(f"{path} (no questions)")
     return Dataset.from_list(rows, features=SQUAD_FEATURES)
 
 
@@ -121,7 +126,11 @@ def load_squad(
 ) -> DatasetDict:
     """`train` and `validation` splits: from the given JSON files, else from the Hub (`rajpurkar/squad[_v2]`)."""
     if train_file is None and validation_file is None:
-        return load_dataset(HUB_DATASETS[version_2_with_negative])
+        name, remedy = HUB_DATASETS[version_2_with_negative], "pass --train-file and --validation-file (SQuAD JSON)"
+        check_hub_dataset(name, remedy)
+        with loading_errors(name, remedy):
+            loaded = load_dataset(name)
+        return DatasetDict({split: require_examples(loaded[split], f"{name} split {split}") for split in SPLITS})
     if train_file is None or validation_file is None:
         raise ValueError("Pass both train_file and validation_file (or neither, to load SQuAD from the Hub).")
     return DatasetDict({"train": read_squad_json(train_file), "validation": read_squad_json(validation_file)})
@@ -196,14 +205,24 @@ def prepare_eval_features(
     return dict(encoding)
 
 
-def _first(dataset: Dataset, count: int | None) -> Dataset:
-    return dataset if count is None else dataset.select(range(min(count, len(dataset))))
+def load_squad_data(args: SquadArguments) -> DatasetDict:
+    """The examples a run trains and scores on, checked (non-empty, `--max-*-samples` applied, window sizes)
+    before any model or tokenizer is loaded."""
+    if args.doc_stride >= args.max_seq_length:
+        raise ValueError(f"doc_stride ({args.doc_stride}) must be smaller than max_seq_length ({args.max_seq_length}).")
+    raw = load_squad(args.version_2_with_negative, args.train_file, args.validation_file)
+    return DatasetDict(
+        {
+            "train": first_examples(raw["train"], args.max_train_samples, "--max-train-samples"),
+            "validation": first_examples(raw["validation"], args.max_eval_samples, "--max-eval-samples"),
+        }
+    )
 
 
 def build_squad_task(
-    args: SquadArguments, tokenizer: PreTrainedTokenizerFast
+    args: SquadArguments, raw: DatasetDict, tokenizer: PreTrainedTokenizerFast
 ) -> tuple[Dataset, Dataset, Dataset, Callable[[np.ndarray, np.ndarray], dict[str, float]]]:
-    """Everything a question-answering trainer needs.
+    """Everything a question-answering trainer needs, from the examples of `load_squad_data`.
 
     Returns:
         train_dataset: model inputs plus `start_positions`/`end_positions`.
@@ -218,11 +237,8 @@ def build_squad_task(
             f"SQuAD features need a fast tokenizer (offset mappings); got {type(tokenizer).__name__}. "
             "Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
         )
-    if args.doc_stride >= args.max_seq_length:
-        raise ValueError(f"doc_stride ({args.doc_stride}) must be smaller than max_seq_length ({args.max_seq_length}).")
-    raw = load_squad(args.version_2_with_negative, args.train_file, args.validation_file)
     sizes = {"max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride}
-    train_examples = _first(raw["train"], args.max_train_samples)
+    train_examples = raw["train"]
     train_dataset = train_examples.map(
         prepare_train_features,
         batched=True,
@@ -230,7 +246,7 @@ def build_squad_task(
         fn_kwargs={"tokenizer": tokenizer, **sizes},
         desc="Tokenising SQuAD train",
     )
-    eval_examples = _first(raw["validation"], args.max_eval_samples)
+    eval_examples = raw["validation"]
     eval_features = eval_examples.map(
         prepare_eval_features,
         batched=True,

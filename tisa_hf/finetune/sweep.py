@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .trainer import latest_checkpoint
+from .run_folder import is_finished, latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def plan(sweep_path: str | Path) -> list[PlannedRun]:
                 output_dir = Path(sweep["output_dir"], task, variant, f"seed-{seed}")
                 status = (
                     "done"
-                    if (output_dir / "metrics.json").is_file()
+                    if is_finished(output_dir)
                     else "resume"
                     if latest_checkpoint(output_dir) is not None
                     else "new"
@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="Sweep YAML file.")
     parser.add_argument("--dry-run", action="store_true", help="Print the runs and their status, run nothing.")
     options = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         runs = plan(options.config)
     except ValueError as error:

@@ -18,7 +18,13 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
+from accelerate.utils import (
+    RNG_STATE_NAME,
+    DataLoaderConfiguration,
+    GradientAccumulationPlugin,
+    ProjectConfiguration,
+    load,
+)
 from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -26,11 +32,10 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from .arguments import TrainingArguments
+from .run_folder import CHECKPOINTS_DIR, LOGS_DIR, TRAINER_STATE, latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS_DIR = "checkpoints"
-TRAINER_STATE = "trainer_state.json"
 BEST_MODEL_PREFIX = "best-step-"
 BEST_MODEL_FILE = "model.safetensors"
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
@@ -89,7 +94,7 @@ def build_accelerator(args: TrainingArguments) -> Accelerator:
         dataloader_config=DataLoaderConfiguration(split_batches=True, use_seedable_sampler=True, data_seed=args.seed),
         log_with=None if args.no_tracking or not trackers else trackers,
         project_config=ProjectConfiguration(
-            project_dir=args.output_dir, logging_dir=str(Path(args.output_dir, "logs"))
+            project_dir=args.output_dir, logging_dir=str(Path(args.output_dir, LOGS_DIR))
         ),
     )
 
@@ -148,13 +153,6 @@ def build_optimizer(model: nn.Module, args: TrainingArguments, tisa_lr: float | 
     return optimizer, scheduler
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint (its trainer state is written last)."""
-    root = Path(output_dir, CHECKPOINTS_DIR)
-    complete = [path.parent for path in root.glob(f"step-*/{TRAINER_STATE}")]
-    return max(complete, key=lambda path: int(path.name.split("-")[1]), default=None)
-
-
 def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: TrainerState) -> None:
     """Model, optimizer, scheduler and RNG (Accelerate, safetensors weights), then the trainer state; older
     checkpoints, and best models this one does not refer to, are removed once the new one is complete."""
@@ -167,6 +165,34 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: Tra
                 shutil.rmtree(old)
         prune_best_models(output_dir, keep={state.best_step})
     accelerator.wait_for_everyone()
+
+
+def check_rng_state(checkpoint: Path, num_processes: int, allow_unreadable: bool) -> None:
+    """Raises unless every process's random-number state in `checkpoint` can be read, or warns loudly when
+    `allow_unreadable`. Accelerate's `load_state` only logs at INFO when it cannot restore that state, and the
+    resumed run then silently differs from an uninterrupted one. Every process checks every file, so that all
+    of them come to the same decision."""
+    for process_index in range(num_processes):
+        path = checkpoint / f"{RNG_STATE_NAME}_{process_index}.pkl"
+        try:
+            states = load(path)  # accelerate's torch.load(weights_only=True), exactly as load_state reads it
+            missing = [key for key in ("random_state", "numpy_random_seed", "torch_manual_seed") if key not in states]
+            if missing:
+                raise KeyError(f"no {', '.join(missing)}")
+        except Exception as error:  # torch.load raises many kinds of error for a missing or damaged file
+            reason = type(error).__name__ + (f": {str(error).strip().splitlines()[0]}" if str(error).strip() else "")
+            if not allow_unreadable:
+                raise ValueError(
+                    f"--resume: the random-number state {path} cannot be read ({reason}), so the resumed run would "
+                    "not reproduce an uninterrupted one. Pass --resume-without-rng-state to continue anyway, or "
+                    "--overwrite-output-dir to start again from scratch."
+                ) from None
+            logger.warning(
+                "RESUMING WITHOUT THE RANDOM-NUMBER STATE: %s cannot be read (%s). Dropout draws differ from here "
+                "on, so this run will NOT reproduce an uninterrupted one.",
+                path,
+                reason,
+            )
 
 
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> TrainerState:
@@ -254,9 +280,10 @@ def fit(
     evaluate: Evaluate,
     args: TrainingArguments,
     score: Score | None = None,
+    resume_from: Path | None = None,
 ) -> TrainerState:
-    """Trains prepared objects for `args.max_steps` optimizer steps (resolved by `resolve_schedule`), resuming
-    from the latest checkpoint when `args.resume`. `model(**batch).loss` is the loss minimised.
+    """Trains prepared objects for `args.max_steps` optimizer steps (resolved by `resolve_schedule`), from the
+    checkpoint `resume_from` when given (`plan_run` finds it). `model(**batch).loss` is the loss minimised.
 
     `train_data` is one data loader for all steps, or stages whose steps add up to `args.max_steps`; the
     learning-rate schedule runs over all of them.
@@ -264,26 +291,29 @@ def fit(
     Returns the final state: its history ends with the final evaluation. The model is left holding the run's
     result, the final weights or, with `args.load_best_model_at_end`, those of the evaluation with the highest
     `score` (`state.best_step`); `state.metrics` is that model's evaluation, and the last `evaluate()` call was
-    made on it, so a callback that keeps its outputs holds that model's predictions."""
+    made on it, so a callback that keeps its outputs holds that model's predictions.
+
+    The progress bar shows on a terminal only (tqdm's `disable=None`); elsewhere, as in a log file, every
+    logging step writes a plain log line instead."""
     if args.load_best_model_at_end and score is None:
         raise ValueError("--load_best_model_at_end needs a score that ranks the evaluations; this command has none.")
     stages = [TrainingStage(train_data, args.max_steps)] if isinstance(train_data, DataLoader) else train_data
     if sum(stage.steps for stage in stages) != args.max_steps:
         raise ValueError(f"The training stages add up to {sum(s.steps for s in stages)} steps, not {args.max_steps}.")
     state = TrainerState()
-    if args.resume:
-        checkpoint = latest_checkpoint(args.output_dir)
-        if checkpoint is None:
-            logger.warning("--resume: no checkpoint in %s, starting from scratch.", args.output_dir)
-        else:
-            state = load_checkpoint(accelerator, checkpoint)
-            logger.info("Resumed from %s", checkpoint)
+    if resume_from is not None:
+        state = load_checkpoint(accelerator, resume_from)
+        logger.info("Resumed from %s", resume_from)
     if accelerator.is_main_process:
         prune_best_models(args.output_dir, keep={state.best_step})  # best models of a lost (or another) run
     accumulation = args.gradient_accumulation_steps
     progress = tqdm(
-        total=args.max_steps, initial=state.step, desc="training", disable=not accelerator.is_local_main_process
+        total=args.max_steps,
+        initial=state.step,
+        desc="training",
+        disable=None if accelerator.is_local_main_process else True,
     )
+    plain_progress = progress.disable and accelerator.is_local_main_process
     model.train()
     running_loss, running_count = torch.zeros((), device=accelerator.device), 0
     batches = _staged_batches(accelerator, stages, state.step * accumulation, accumulation)
@@ -309,6 +339,8 @@ def fit(
             mean_loss = accelerator.reduce(running_loss, reduction="mean").item() / running_count
             accelerator.log({"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0]}, step=state.step)
             progress.set_postfix(loss=f"{mean_loss:.4f}")
+            if plain_progress:
+                logger.info("step %d/%d: training loss %.4f", state.step, args.max_steps, mean_loss)
             running_loss.zero_()
             running_count = 0
         if state.step == args.max_steps or (args.eval_steps and state.step % args.eval_steps == 0):

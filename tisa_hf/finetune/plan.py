@@ -1,0 +1,46 @@
+"""What a fine-tuning or adaptation run checks before it loads data or a model: what its output folder allows
+(resume, overwrite), where the model and tokenizer come from, and the upload target, so that a refused run
+answers at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..hub import check_push_target
+from ..hub_access import ModelSource, model_source
+from .arguments import ModelArguments, TrainingArguments, resolved_config
+from .run_folder import check_output_dir
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the checks found: the checkpoint to resume from, and where the model and tokenizer are."""
+
+    resume_from: Path | None
+    model: ModelSource
+    tokenizer: ModelSource
+
+
+def model_sources(model_args: ModelArguments) -> tuple[ModelSource, ModelSource]:
+    """Where the model and the tokenizer load from (`model_source`); raises ValueError."""
+    model = model_source(model_args.model)
+    return model, model if model_args.tokenizer is None else model_source(model_args.tokenizer, "--tokenizer")
+
+
+def plan_run(*settings: Any) -> RunPlan:
+    """Checks the parsed settings of one run (the dataclass instances of its command); raises ValueError."""
+    model_args = next(value for value in settings if isinstance(value, ModelArguments))
+    args = next(value for value in settings if isinstance(value, TrainingArguments))
+    resume_from = check_output_dir(args.output_dir, resolved_config(*settings), args.resume, args.overwrite_output_dir)
+    model, tokenizer = model_sources(model_args)
+    if args.push_to_hub:
+        try:
+            check_push_target(args.push_to_hub)
+        except ValueError as error:
+            raise ValueError(
+                f"--push-to-hub: {error} Or train without --push-to-hub and upload later with "
+                f"`tisa-hf push {args.output_dir} {args.push_to_hub}`."
+            ) from None
+    return RunPlan(resume_from, model, tokenizer)

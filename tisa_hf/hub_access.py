@@ -1,0 +1,123 @@
+"""Where models and datasets come from, checked before anything is loaded, and one clear message when the
+Hugging Face Hub cannot be reached.
+
+Without a network, transformers and datasets retry for half a minute and end in chained tracebacks; a short
+probe of the Hub's endpoint answers the same question in at most `PROBE_TIMEOUT_S`. Light on purpose (no torch):
+the command line checks its inputs before it imports the libraries that load anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import huggingface_hub
+from huggingface_hub import constants, errors
+from huggingface_hub.utils import get_session, validate_repo_id
+
+from .packaged import MINILM_ALIAS, resolve_model
+
+PROBE_TIMEOUT_S = 3.0
+# What failed loads raise: OSError (transformers' "couldn't connect", a missing file, huggingface_hub's
+# OfflineModeIsEnabled and HTTP status errors) and the HTTP client's transport errors.
+LOADING_ERRORS = (OSError, errors.HTTPError)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What `from_pretrained` is given: a path or Hub id, and whether only the local cache may be read (the Hub
+    is out of reach, but the cache holds the model)."""
+
+    path: str
+    local_files_only: bool = False
+
+
+def hub_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the Hub's endpoint answers within `timeout` seconds (False in offline mode)."""
+    if huggingface_hub.is_offline_mode():
+        return False
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except LOADING_ERRORS:
+        return False
+    return True
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """A failure to reach the Hub (no network, DNS, timeout, offline mode), as opposed to an answer from it."""
+    if isinstance(error, errors.OfflineModeIsEnabled):
+        return True
+    if isinstance(error, errors.HfHubHTTPError):
+        return False
+    # transformers reports a failed download as a plain OSError that says so.
+    return isinstance(error, errors.HTTPError | ConnectionError | TimeoutError) or "couldn't connect" in str(error)
+
+
+def describe_error(error: BaseException) -> str:
+    """One line saying why a load or upload failed."""
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if not is_connection_error(error):
+        return first_line
+    if huggingface_hub.is_offline_mode():
+        return f"HF_HUB_OFFLINE is set and the local cache does not hold it ({first_line})"
+    return f"the Hugging Face Hub is unreachable ({first_line})"
+
+
+def _offline_reason() -> str:
+    return "HF_HUB_OFFLINE is set" if huggingface_hub.is_offline_mode() else "the Hugging Face Hub is unreachable"
+
+
+def model_remedy(option: str = "--model") -> str:
+    """The way out of a model that cannot be loaded, for the command-line `option` naming it."""
+    packaged = f"{option} {MINILM_ALIAS}" if option.startswith("--") else MINILM_ALIAS
+    return f"use {packaged} (the packaged all-MiniLM-L6-v2) or a local model folder"
+
+
+def model_source(name: str, option: str = "--model") -> ModelSource:
+    """Checks that `name` (`minilm`, a local folder or a Hub id) can be loaded, without loading it.
+
+    A Hub id is fine when the Hub answers, or when the local cache holds it (then it is read from the cache only,
+    skipping transformers' retries). Anything else is a ValueError naming the problem and the way out.
+    """
+    try:
+        path = resolve_model(name)
+    except ImportError as error:
+        raise ValueError(f"{option} {name}: {error}") from None
+    remedy = model_remedy(option)
+    if os.path.isdir(path):
+        return ModelSource(path)
+    if os.path.exists(path):
+        raise ValueError(f"{option} {name} is a file; it takes a model folder or a Hub id: {remedy}.")
+    try:
+        validate_repo_id(path)
+    except errors.HFValidationError:
+        raise ValueError(f"{option} {name}: no such folder, and not a Hub model id either; {remedy}.") from None
+    if hub_reachable():
+        return ModelSource(path)
+    if isinstance(huggingface_hub.try_to_load_from_cache(path, "config.json"), str):
+        return ModelSource(path, local_files_only=True)
+    raise ValueError(
+        f"{option} {name} is not a local folder and not in the local Hub cache, and {_offline_reason()}, so it "
+        f"cannot be downloaded; {remedy}."
+    )
+
+
+def check_hub_dataset(name: str, remedy: str) -> None:
+    """Before `datasets.load_dataset(name)`: a ValueError naming `remedy` when the Hub cannot be reached. In
+    offline mode the datasets cache is used, and `loading_errors` reports a dataset it does not hold."""
+    if not huggingface_hub.is_offline_mode() and not hub_reachable():
+        raise ValueError(
+            f"The dataset {name} comes from the Hugging Face Hub, which is unreachable; {remedy} (or set "
+            "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache)."
+        )
+
+
+@contextmanager
+def loading_errors(what: str, remedy: str) -> Iterator[None]:
+    """Turns what a failed `from_pretrained` or `load_dataset` raises into one ValueError line."""
+    try:
+        yield
+    except LOADING_ERRORS as error:
+        raise ValueError(f"Could not load {what}: {describe_error(error)}; {remedy}.") from None
