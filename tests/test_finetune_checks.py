@@ -125,10 +125,8 @@ def test_squad_file_without_questions_is_named_before_the_model_loads(workspace,
 # The run folder and --resume
 
 
-@pytest.fixture(scope="module")
-def interrupted(workspace, tmp_path_factory):
-    """A run killed after step 8, whose last checkpoint is step 4."""
-    folder = tmp_path_factory.mktemp("interrupted") / "run"
+def kill_at_step_8(argv: list[str]) -> None:
+    """Runs `tisa-hf glue argv` until it is killed after step 8 (its last checkpoint: step 4)."""
     save = trainer.save_checkpoint
 
     def die_at_step_8(accelerator, output_dir, state):
@@ -138,7 +136,14 @@ def interrupted(workspace, tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
         patch.setattr(trainer, "save_checkpoint", die_at_step_8)
-        glue(glue_argv(workspace, folder, *RESUMABLE))
+        glue(argv)
+
+
+@pytest.fixture(scope="module")
+def interrupted(workspace, tmp_path_factory):
+    """A run killed after step 8, whose last checkpoint is step 4."""
+    folder = tmp_path_factory.mktemp("interrupted") / "run"
+    kill_at_step_8(glue_argv(workspace, folder, *RESUMABLE))
     return folder
 
 
@@ -182,16 +187,7 @@ def test_resume_of_an_epoch_run_compares_the_resolved_schedule(workspace, tmp_pa
     folder = tmp_path / "run"
     epochs = ("--num-train-epochs", "1.5", "--warmup-ratio", "0.2", "--warmup-steps", "0")
     argv = [*without(glue_argv(workspace, folder, *RESUMABLE, *epochs), "--max-steps"), "--data-dir", str(data)]
-    save = trainer.save_checkpoint
-
-    def die_at_step_8(accelerator, output_dir, state):
-        if state.step == 8:
-            raise KeyboardInterrupt
-        save(accelerator, output_dir, state)
-
-    with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(trainer, "save_checkpoint", die_at_step_8)
-        glue(argv)
+    kill_at_step_8(argv)
     saved = yaml.safe_load((folder / "run_config.yaml").read_text())
     assert (saved["max_steps"], saved["warmup_steps"]) == (12, 3)  # ceil(1.5 x 8), ceil(0.2 x 12)
     grown = Path(shutil.copytree(folder, tmp_path / "grown"))
