@@ -24,6 +24,7 @@ from .profiles import extract_positional_profiles
 
 logger = logging.getLogger(__name__)
 
+
 class MeanPositionEmbedding(nn.Embedding):
     """A position table whose every lookup returns the mean of the rows real tokens use (`mode="replace"`).
 
