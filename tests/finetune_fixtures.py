@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -123,4 +125,16 @@ def glue_argv(workspace: Path, output_dir: Path, *extra: str) -> list[str]:
         "--output-dir", str(output_dir), "--max-steps", "12", "--train-batch-size", "8", "--eval-batch-size", "8",
         "--learning-rate", "1e-3", "--warmup-steps", "2", "--eval-steps", "6", "--logging-steps", "3",
         "--max-seq-length", "32", "--no-tracking", *extra,
+    ]  # fmt: skip
+
+
+def two_process_launch(module: str) -> list[str]:
+    """`accelerate launch` of `module` on 2 CPU processes, rendezvousing on a free port (so that concurrent runs on
+    one machine never meet on accelerate's default port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+        "1", "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
     ]  # fmt: skip

@@ -4,7 +4,6 @@ the refused requests and what an adapted model is good for (loading, GLUE fine-t
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 import tisa_hf
 from tests.conftest import tiny_config
-from tests.finetune_fixtures import write_rte_tsv, write_tiny_model, write_wikitext
+from tests.finetune_fixtures import two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf import hub
 from tisa_hf.adapt import run as adapt_run
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
@@ -341,10 +340,7 @@ def test_two_processes_match_one(workspace, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this test runs its two processes on CPU")
     argv = adapt_argv(workspace, tmp_path / "double", "--train", "all")
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "tisa_hf.adapt", *argv,
-    ]  # fmt: skip
+    command = [*two_process_launch("tisa_hf.adapt"), *argv]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -1,7 +1,6 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tests.finetune_fixtures import glue_argv, write_glue_tsv, write_rte_tsv, write_tiny_model
+from tests.finetune_fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
 from tisa_hf.finetune import glue, trainer
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import ARGUMENT_TYPES, main, run
@@ -193,11 +192,7 @@ def test_two_processes_match_one_with_the_same_global_batch(workspace, tmp_path)
         pytest.skip("this test runs its two processes on CPU")
     single, double = tmp_path / "single", tmp_path / "double"
     run_glue(glue_argv(workspace, single, "--tisa.num_kernels", "1"))
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "tisa_hf.glue",
-        *glue_argv(workspace, double, "--tisa.num_kernels", "1"),
-    ]  # fmt: skip
+    command = [*two_process_launch("tisa_hf.glue"), *glue_argv(workspace, double, "--tisa.num_kernels", "1")]
     # accelerate 1.x's `--cpu` starts a single process; `--multi_gpu` starts two (torchrun), which
     # ACCELERATE_USE_CPU puts on CPU with the gloo backend.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
