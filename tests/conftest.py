@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import huggingface_hub
 import pytest
 import torch
 from transformers import AlbertConfig, BertConfig, DistilBertConfig, ElectraConfig, RobertaConfig, XLMRobertaConfig
@@ -60,6 +61,9 @@ def _no_network(monkeypatch):
         raise AssertionError("a test tried to reach the Hugging Face Hub")
 
     monkeypatch.setattr(hub_access, "get_session", refuse)
+    # Every test starts online (HF_HUB_OFFLINE unset, as CI's environment would otherwise make it), and those
+    # about offline mode set it themselves.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
 
 @pytest.fixture(scope="session")

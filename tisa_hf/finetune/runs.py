@@ -4,6 +4,7 @@ metrics; `plan.plan_run` checks a run before any of this."""
 
 from __future__ import annotations
 
+import gc
 import json
 import platform
 import shutil
@@ -18,7 +19,7 @@ import datasets
 import torch
 import transformers
 import yaml
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import set_seed
 from transformers import AutoTokenizer
 
@@ -165,7 +166,8 @@ def finish_run(
 ) -> None:
     """Saves the model and tokenizer, the JSON `documents` ({file name: content}, e.g. dev predictions) and
     metrics.json, last, since it marks the run finished; drops the checkpoints, pushes to the Hub when asked, and
-    ends the trackers and the process group. A failed upload is raised once all that is done: the run is saved."""
+    ends the trackers (`command_main` ends the process group). A failed upload is raised once all that is done:
+    the run is saved."""
     accelerator.wait_for_everyone()
     upload_error = None
     if accelerator.is_main_process:
@@ -182,7 +184,8 @@ def finish_run(
             except UploadError as error:
                 upload_error = error
     accelerator.wait_for_everyone()
-    accelerator.end_training()  # also ends the process group, so it comes last
+    for tracker in accelerator.trackers:  # the first half of `end_training`; `command_main` does the second
+        tracker.finish()
     if upload_error is not None:
         raise upload_error
 
@@ -200,6 +203,11 @@ def command_main(
     except ValueError as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2
+    finally:
+        # The process group goes last, once the run's DDP objects are gone (a TISA model holds reference cycles,
+        # so they go at a collection): destroying a DDP reducer after its gloo group hangs in the group's threads.
+        gc.collect()
+        PartialState().destroy_process_group()
     output_dir = next(value.output_dir for value in parsed if isinstance(value, TrainingArguments))
     summary = {"output_dir": output_dir, "metrics": record["metrics"], "wall_time_s": round(record["wall_time_s"], 1)}
     print(json.dumps(summary))
