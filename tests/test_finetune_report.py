@@ -215,3 +215,12 @@ def test_paired_needs_the_baseline_and_the_predictions(paired_runs, capsys):
     assert (
         f"1 run(s) have no predictions.json (made before runs saved them): {paired_runs / 'rte/add/seed-2'}." in error
     )
+
+
+def test_settings_older_runs_lack_or_that_act_through_the_step_counts_do_not_split_variants(paired_runs):
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 2, 50)
+    newer = {"num_train_epochs": 3.0, "warmup_ratio": 0.1, "overwrite_output_dir": False, "added_later": True}
+    write_full_run(paired_runs, "rte/base/seed-4", "rte", None, 4, right_share(labels, 0.7, rng), newer)
+    variants = {run["variant"] for run in collect(paired_runs) if run["task"] == "rte" and not run["tisa"]}
+    assert variants == {"baseline"}

@@ -45,11 +45,16 @@ DEFAULT_COLUMNS: tuple[tuple[str, str, str, str], ...] = tuple(
 )
 BASELINE = "baseline"
 # Settings that do not change what a run learns: runs that differ only in these are seeds of one variant.
+# (`num_train_epochs` and `warmup_ratio` act through the resolved `max_steps` and `warmup_steps`, which count.)
 RUN_PLUMBING = frozenset(
     {
         "seed",
         "output_dir",
         "resume",
+        "overwrite_output_dir",
+        "resume_without_rng_state",
+        "num_train_epochs",
+        "warmup_ratio",
         "report_to",
         "no_tracking",
         "push_to_hub",
@@ -95,13 +100,15 @@ def label_variants(results: list[dict[str, Any]]) -> None:
         groups[(result["model"], variant_label(result["tisa"]))].append(result)
     for (_, label), group in groups.items():
         settings = [_defining_settings(result) for result in group]
+        # Only settings every run records: one that older runs lack did not exist yet, so they ran its default.
+        shared = set.intersection(*(set(defining) for defining in settings))
         values: dict[tuple[str, str], set[str | None]] = defaultdict(set)
         for result, defining in zip(group, settings, strict=True):
-            for name in {name for other in settings for name in other}:
-                values[(result["task"], name)].add(defining.get(name))
+            for name in shared:
+                values[(result["task"], name)].add(defining[name])
         differing = sorted({name for (_, name), seen in values.items() if len(seen) > 1})
         for result, defining in zip(group, settings, strict=True):
-            shown = ", ".join(f"{name}={json.loads(defining.get(name, 'null'))}" for name in differing)
+            shown = ", ".join(f"{name}={json.loads(defining[name])}" for name in differing)
             result["variant"] = f"{label} ({shown})" if differing else label
 
 
