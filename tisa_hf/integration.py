@@ -14,36 +14,33 @@ transformers' own entries are never replaced.
 from __future__ import annotations
 
 import functools
-from types import ModuleType
+
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from .adapters import ADAPTERS, adapter_for
+from .attention import register_attention_functions
+from .config_types import register_config_type, to_tisa_config
+from .modeling import TisaModelMixin, tisa_model_class
 
 _INSTALLED_MARK = "_tisa_hf_installed"
 
 
 def _legacy_tisa(config: object) -> dict | None:
     """The `tisa` dict of a plain-type config written by tisa-hf 0.1 (or built with `tisa=`), else None."""
-    from transformers import PreTrainedConfig
-
     return config.__dict__.get("tisa") if isinstance(config, PreTrainedConfig) else None
 
 
 def _is_tisa_class(cls: type) -> bool:
-    from .modeling import TisaModelMixin
-
     return issubclass(cls, TisaModelMixin)
 
 
 def _is_plain_class(cls: type) -> bool:
     """A transformers class (not a TISA one) of a supported architecture."""
-    from .adapters import ADAPTERS
-
     return not _is_tisa_class(cls) and getattr(cls.config_class, "model_type", None) in ADAPTERS
 
 
 def _tisa_class(cls: type) -> type:
     """The TISA class for a class asked for TISA; an unsupported architecture is an error naming the supported."""
-    from .adapters import adapter_for
-    from .modeling import tisa_model_class
-
     adapter_for(cls.config_class.model_type)
     return tisa_model_class(cls)
 
@@ -64,8 +61,6 @@ def _from_pretrained(original):
             kwargs["config"] = model.config  # a 0.1 checkpoint loaded by a class: load it again, with its kernels
             del model
         if _legacy_tisa(kwargs.get("config")) is not None or (tisa is not None and kwargs.get("config") is not None):
-            from .config_types import to_tisa_config
-
             kwargs["config"] = to_tisa_config(kwargs["config"], legacy or tisa)
         return _tisa_class(cls).from_pretrained(pretrained_model_name_or_path, *model_args, tisa=tisa, **kwargs)
 
@@ -78,40 +73,18 @@ def _from_config(original):
         legacy = _legacy_tisa(config)
         if legacy is None or _is_tisa_class(cls):
             return original.__func__(cls, config, **kwargs)
-        from .config_types import to_tisa_config
-
         return _tisa_class(cls)._from_config(to_tisa_config(config, legacy), **kwargs)
 
     return classmethod(from_config)
 
 
-def install_config_types(configuration_auto: ModuleType) -> None:
-    """Registers the TISA config types with `AutoConfig`; run once transformers' Auto configs are imported."""
-    from .adapters import ADAPTERS
-    from .config_types import register_config_type
-
-    for adapter in ADAPTERS.values():
-        register_config_type(adapter)
-
-
-def install_model_hooks(modeling_utils: ModuleType) -> None:
-    """Registers TISA's attention functions and the `from_pretrained` hand-over (idempotent); run once
-    `transformers.modeling_utils` is imported."""
-    from .attention import register_attention_functions
-
-    register_attention_functions()
-    model_class = modeling_utils.PreTrainedModel
-    if getattr(model_class, _INSTALLED_MARK, False):
-        return
-    model_class.from_pretrained = _from_pretrained(model_class.from_pretrained)
-    model_class._from_config = _from_config(model_class._from_config)
-    setattr(model_class, _INSTALLED_MARK, True)
-
-
 def install() -> None:
     """Registers the config types, the attention functions and the `from_pretrained` hand-over (idempotent)."""
-    import transformers.modeling_utils
-    import transformers.models.auto.configuration_auto
-
-    install_config_types(transformers.models.auto.configuration_auto)
-    install_model_hooks(transformers.modeling_utils)
+    for adapter in ADAPTERS.values():
+        register_config_type(adapter)
+    register_attention_functions()
+    if getattr(PreTrainedModel, _INSTALLED_MARK, False):
+        return
+    PreTrainedModel.from_pretrained = _from_pretrained(PreTrainedModel.from_pretrained)
+    PreTrainedModel._from_config = _from_config(PreTrainedModel._from_config)
+    setattr(PreTrainedModel, _INSTALLED_MARK, True)

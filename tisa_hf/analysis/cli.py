@@ -50,7 +50,7 @@ def analyze(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="tisa-hf analyze", description="Positional analysis report (HTML, JSON, PNG) of one encoder."
     )
-    parser.add_argument("model", help="local folder or Hub id of a BERT, RoBERTa or ALBERT model (TISA or not)")
+    parser.add_argument("model", help="local folder or Hub id of a supported encoder (TISA or not), or minilm")
     parser.add_argument("--out", required=True, help="report folder (report.html, metrics.json, figures)")
     parser.add_argument("--layers", type=int, nargs="+", help="layers to show, counted from 0 (default: all)")
     _add_analysis_options(parser)
