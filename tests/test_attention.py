@@ -133,7 +133,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         return model.tisa.amplitude.grad.clone()
 
     plain = kernel_grad()
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     torch.testing.assert_close(kernel_grad(), plain)
 
 
