@@ -6,6 +6,7 @@ Auto configs are imported, and the model classes of a type once one of its confi
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from transformers import PreTrainedConfig
@@ -13,8 +14,6 @@ from transformers import PreTrainedConfig
 from .adapters import EncoderAdapter, adapter_for
 from .config import TisaConfig
 from .names import plain_implementation, tisa_implementation, tisa_model_type
-
-_TISA_CONFIG_CLASSES: dict[type[PreTrainedConfig], type[PreTrainedConfig]] = {}
 
 
 class TisaConfigMixin:
@@ -72,20 +71,27 @@ def tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTrainedCo
     """The TISA config class of an architecture's config class (itself if it is one)."""
     if issubclass(config_class, TisaConfigMixin):
         return config_class
-    if config_class not in _TISA_CONFIG_CLASSES:
-        _TISA_CONFIG_CLASSES[config_class] = type(
-            f"Tisa{config_class.__name__}",
-            (TisaConfigMixin, config_class),
-            {"model_type": tisa_model_type(config_class.model_type), "__module__": __name__},
-        )
-    return _TISA_CONFIG_CLASSES[config_class]
+    return _build_tisa_config_class(config_class)
+
+
+@functools.cache
+def _build_tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTrainedConfig]:
+    return type(
+        f"Tisa{config_class.__name__}",
+        (TisaConfigMixin, config_class),
+        {"model_type": tisa_model_type(config_class.model_type), "__module__": __name__},
+    )
+
+
+def _architecture_settings(config: PreTrainedConfig) -> dict[str, Any]:
+    """A config's settings without its model type and TISA settings: what both kinds of config share."""
+    return {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
 
 
 def to_tisa_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool) -> PreTrainedConfig:
     """A new TISA config with `config`'s settings and `tisa`; `config` itself is left untouched."""
-    settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
     adapter = adapter_for(config.model_type)
-    new = tisa_config_class(adapter.config_class).from_dict(settings)
+    new = tisa_config_class(adapter.config_class).from_dict(_architecture_settings(config))
     new.tisa = tisa
     new._attn_implementation_internal = config._attn_implementation
     return new
@@ -93,8 +99,7 @@ def to_tisa_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool) -> 
 
 def plain_model_config(config: PreTrainedConfig) -> PreTrainedConfig:
     """The architecture's own config with `config`'s settings and no TISA (for the unpatched counterpart)."""
-    settings = {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
-    return adapter_for(config.model_type).config_class.from_dict(settings)
+    return adapter_for(config.model_type).config_class.from_dict(_architecture_settings(config))
 
 
 def tisa_model_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool = True) -> PreTrainedConfig:

@@ -31,7 +31,6 @@ from .patching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_b
 logger = logging.getLogger(__name__)
 
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
-_TISA_MODEL_CLASSES: dict[type[PreTrainedModel], type[PreTrainedModel]] = {}
 
 
 class TisaModelMixin:
@@ -133,13 +132,16 @@ def tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel
     """The TISA class of an architecture's model class (itself if it is one)."""
     if issubclass(model_class, TisaModelMixin):
         return model_class
-    if model_class not in _TISA_MODEL_CLASSES:
-        _TISA_MODEL_CLASSES[model_class] = type(
-            f"Tisa{model_class.__name__}",
-            (TisaModelMixin, model_class),
-            {"config_class": tisa_config_class(model_class.config_class), "__module__": __name__},
-        )
-    return _TISA_MODEL_CLASSES[model_class]
+    return _build_tisa_model_class(model_class)
+
+
+@functools.cache
+def _build_tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    return type(
+        f"Tisa{model_class.__name__}",
+        (TisaModelMixin, model_class),
+        {"config_class": tisa_config_class(model_class.config_class), "__module__": __name__},
+    )
 
 
 @functools.cache
