@@ -32,8 +32,8 @@ import transformers
 from transformers import DataCollatorWithPadding, Trainer, set_seed
 
 import tisa_hf
-from tisa_hf.finetune.arguments import parse_arguments, resolved_config
-from tisa_hf.finetune.glue import ARGUMENT_TYPES, load_model, load_task_data, tokenize
+from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments, resolved_config
+from tisa_hf.finetune.glue import load_model, load_task_data, tokenize
 from tisa_hf.finetune.glue_data import get_task
 from tisa_hf.finetune.metrics import glue_metrics
 from tisa_hf.finetune.plan import RunPlan, model_sources
@@ -57,7 +57,7 @@ def tisa_hf_argv(options: argparse.Namespace, task: str, seed: int, overrides: l
 
 def parse_settings(argv: list[str], output_dir: Path) -> tuple[Any, ...]:
     """tisa-hf's settings for one run, refusing what the Trainer side would train differently."""
-    settings = parse_arguments(ARGUMENT_TYPES, [*argv, "--output_dir", str(output_dir)], prog="check_against_trainer")
+    settings = parse_arguments(GLUE_ARGUMENTS, [*argv, "--output_dir", str(output_dir)], prog="check_against_trainer")
     if settings[1].tisa_config() is not None:
         raise ValueError(
             "This check compares the baseline: with TISA, tisa-hf trains the kernels without weight decay (and at "

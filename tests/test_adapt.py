@@ -17,6 +17,7 @@ from tests.conftest import tiny_config
 from tests.finetune_fixtures import two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf import hub
 from tisa_hf.adapt import run as adapt_run
+from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
 from tisa_hf.adapt.text import (
     block_count,
@@ -27,7 +28,7 @@ from tisa_hf.adapt.text import (
     tokenize_articles,
 )
 from tisa_hf.finetune import trainer
-from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,7 @@ def adapt_argv(workspace, output_dir, *extra, model="bert"):
 
 
 def run_adapt(argv):
-    return adapt_run.run(*parse_arguments(adapt_run.ARGUMENT_TYPES, argv, prog="test"))
+    return adapt_run.run(*parse_arguments(ADAPT_ARGUMENTS, argv, prog="test"))
 
 
 def test_articles_split_at_titles_and_blocks_are_full(workspace):
@@ -267,11 +268,11 @@ def test_adapted_model_loads_fine_tunes_and_has_a_card(workspace, tmp_path):
         workspace / "bert", tisa=tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
     ).tisa.amplitude.detach())  # fmt: skip
 
-    from tisa_hf.finetune.glue import ARGUMENT_TYPES, run
+    from tisa_hf.finetune.glue import run
 
     glue = run(
         *parse_arguments(
-            ARGUMENT_TYPES,
+            GLUE_ARGUMENTS,
             [
                 "--model",
                 str(output),

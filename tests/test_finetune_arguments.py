@@ -4,8 +4,7 @@ import pytest
 import transformers
 
 from tisa_hf.config import TisaConfig
-from tisa_hf.finetune.arguments import parse_arguments
-from tisa_hf.finetune.glue import ARGUMENT_TYPES
+from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
 from tisa_hf.finetune.sweep import settings_to_flags
 from tisa_hf.finetune.trainer import resolve_schedule
 from tisa_hf.hub_access import model_source
@@ -13,7 +12,7 @@ from tisa_hf.packaged import resolve_model
 
 
 def parse(argv):
-    return parse_arguments(ARGUMENT_TYPES, argv, prog="test")
+    return parse_arguments(GLUE_ARGUMENTS, argv, prog="test")
 
 
 def write_config(tmp_path, text):

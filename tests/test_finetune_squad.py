@@ -12,8 +12,8 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 import tisa_hf
 from tests.finetune_fixtures import WORDS, write_tiny_model
-from tisa_hf.finetune.arguments import parse_arguments
-from tisa_hf.finetune.squad import ARGUMENT_TYPES, main
+from tisa_hf.finetune.arguments import SQUAD_ARGUMENTS, parse_arguments
+from tisa_hf.finetune.squad import main
 from tisa_hf.finetune.squad_data import prepare_eval_features, read_squad_json
 from tisa_hf.finetune.squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
 
@@ -167,7 +167,7 @@ def test_best_f1_model_is_the_run_model(workspace, tmp_path, monkeypatch):
 @pytest.mark.parametrize(("version", "learning_rate", "max_steps"), [("v1", 5e-5, 3649), ("v2", 3e-5, 8144)])
 def test_configs_parse_with_the_squad_settings(version, learning_rate, max_steps):
     config = str(ROOT / "configs" / "squad" / f"{version}.yaml")
-    model, tisa, training, squad = parse_arguments(ARGUMENT_TYPES, ["--config", config], prog="test")
+    model, tisa, training, squad = parse_arguments(SQUAD_ARGUMENTS, ["--config", config], prog="test")
     assert model.model == "albert/albert-base-v2" and tisa.tisa_config() is None
     assert (training.learning_rate, training.train_batch_size, training.max_steps) == (learning_rate, 48, max_steps)
     assert squad.version_2_with_negative is (version == "v2")

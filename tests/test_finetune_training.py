@@ -13,8 +13,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 import tisa_hf
 from tests.finetune_fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
 from tisa_hf.finetune import glue, trainer
-from tisa_hf.finetune.arguments import parse_arguments
-from tisa_hf.finetune.glue import ARGUMENT_TYPES, main, run
+from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
+from tisa_hf.finetune.glue import main, run
 from tisa_hf.finetune.glue_data import get_task, load_glue
 from tisa_hf.finetune.metrics import glue_metrics
 from tisa_hf.finetune.predictions import read_predictions
@@ -34,7 +34,7 @@ def workspace(tmp_path_factory):
 
 
 def run_glue(argv):
-    return run(*parse_arguments(ARGUMENT_TYPES, argv, prog="test"))
+    return run(*parse_arguments(GLUE_ARGUMENTS, argv, prog="test"))
 
 
 def weights(folder):
@@ -136,7 +136,7 @@ def test_tisa_learning_rate_is_its_own(workspace, tmp_path):
     assert not torch.equal(shared["albert.tisa.amplitude"], initial["albert.tisa.amplitude"])  # default: lr 1e-3
     embeddings = "albert.embeddings.word_embeddings.weight"
     assert not torch.equal(frozen[embeddings], initial[embeddings])  # the weights trained either way
-    settings = parse_arguments(ARGUMENT_TYPES, [], prog="test")[2]
+    settings = parse_arguments(GLUE_ARGUMENTS, [], prog="test")[2]
     groups = trainer.parameter_groups(
         AutoModelForSequenceClassification.from_pretrained(tmp_path / "frozen"), settings, 0.5
     )

@@ -7,8 +7,8 @@ import pytest
 from transformers import AutoTokenizer
 
 import tisa_hf
+from tisa_hf.finetune.arguments import SquadArguments
 from tisa_hf.finetune.squad_data import (
-    SquadArguments,
     SquadFormatError,
     build_squad_task,
     load_squad,

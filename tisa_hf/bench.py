@@ -40,10 +40,10 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from .config import TisaConfig
 from .kernels import TisaPositionBias, kernel_values
+from .parsers import bench_parser
 from .patching import patch
 
 TISA_KERNELS = 5
-SECTIONS = ("bias", "train", "infer", "replace")
 
 
 @dataclass(frozen=True)
@@ -336,22 +336,9 @@ def machine_description(device: torch.device) -> dict[str, str | int]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="tisa-hf bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--implementations", nargs="+", choices=("sdpa", "eager"), default=["sdpa", "eager"])
-    parser.add_argument(
-        "--dtypes", nargs="+", choices=("float32", "bfloat16"), help="default: float32, plus bfloat16 on CUDA"
-    )
-    parser.add_argument("--bias-lengths", nargs="+", type=int, default=[128, 512, 2048])
-    parser.add_argument("--replace-lengths", nargs="+", type=int, default=[1024, 2048, 4096])
-    parser.add_argument("--attention-dropout", type=float, default=0.1, help="attention dropout in training")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    parser.add_argument("--output", default="bench.json", help="where the JSON results go")
-    parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = bench_parser().parse_args(argv)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if torch.device(args.device).type == "cuda" else ["float32"]
     return args

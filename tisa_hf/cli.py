@@ -6,30 +6,95 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import huggingface_hub.utils
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("tisa_hf.demo", "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload."),
-    "analyze": ("tisa_hf.analysis.cli:analyze", "Positional analysis report of one encoder."),
-    "compare": ("tisa_hf.analysis.cli:compare", "Key positional numbers of several encoders in one table."),
-    "glue": ("tisa_hf.finetune.glue", "Fine-tune and evaluate on a GLUE task."),
-    "squad": ("tisa_hf.finetune.squad", "Fine-tune and evaluate on SQuAD v1.1 / v2.0."),
-    "sweep": ("tisa_hf.finetune.sweep", "Run a grid of fine-tuning runs, resumably."),
-    "report": ("tisa_hf.finetune.report", "Results table (the TISA paper's table 3 layout)."),
-    "adapt": ("tisa_hf.adapt.run", "Adapt a pretrained encoder to TISA on plain text (distillation or masked LM)."),
-    "lm-eval": ("tisa_hf.adapt.lm_eval", "Teacher agreement and masked-token loss against input length."),
-    "push": ("tisa_hf.hub", "Upload a run's model with a model card to the Hub."),
-    "bench": ("tisa_hf.bench", "Speed and memory of TISA against plain attention."),
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: `run` ("module[:function]", default `main`) runs it on its argument list; `options`
+    ("module:name") is its argparse parser factory or its tuple of argument dataclasses, in modules light enough
+    that `--help` answers without importing torch or transformers' models."""
+
+    run: str
+    options: str
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "demo": Command(
+        "tisa_hf.demo",
+        "tisa_hf.parsers:demo_parser",
+        "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload.",
+    ),
+    "analyze": Command(
+        "tisa_hf.analysis.cli:analyze", "tisa_hf.parsers:analyze_parser", "Positional analysis report of one encoder."
+    ),
+    "compare": Command(
+        "tisa_hf.analysis.cli:compare",
+        "tisa_hf.parsers:compare_parser",
+        "Key positional numbers of several encoders in one table.",
+    ),
+    "glue": Command(
+        "tisa_hf.finetune.glue", "tisa_hf.finetune.arguments:GLUE_ARGUMENTS", "Fine-tune and evaluate on a GLUE task."
+    ),
+    "squad": Command(
+        "tisa_hf.finetune.squad",
+        "tisa_hf.finetune.arguments:SQUAD_ARGUMENTS",
+        "Fine-tune and evaluate on SQuAD v1.1 / v2.0.",
+    ),
+    "sweep": Command(
+        "tisa_hf.finetune.sweep", "tisa_hf.parsers:sweep_parser", "Run a grid of fine-tuning runs, resumably."
+    ),
+    "report": Command(
+        "tisa_hf.finetune.report", "tisa_hf.parsers:report_parser", "Results table (the TISA paper's table 3 layout)."
+    ),
+    "adapt": Command(
+        "tisa_hf.adapt.run",
+        "tisa_hf.adapt.arguments:ADAPT_ARGUMENTS",
+        "Adapt a pretrained encoder to TISA on plain text (distillation or masked LM).",
+    ),
+    "lm-eval": Command(
+        "tisa_hf.adapt.lm_eval",
+        "tisa_hf.parsers:lm_eval_parser",
+        "Teacher agreement and masked-token loss against input length.",
+    ),
+    "push": Command("tisa_hf.hub", "tisa_hf.parsers:push_parser", "Upload a run's model with a model card to the Hub."),
+    "bench": Command(
+        "tisa_hf.bench", "tisa_hf.parsers:bench_parser", "Speed and memory of TISA against plain attention."
+    ),
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PROGRESS_BAR_SWITCHES = (("transformers.utils.logging", "disable_progress_bar"), ("datasets", "disable_progress_bars"))
 
 
-def _load(target: str) -> Callable:
-    module_name, _, function = target.partition(":")
-    return getattr(importlib.import_module(module_name), function or "main")
+def _load(target: str) -> Any:
+    module_name, _, name = target.partition(":")
+    return getattr(importlib.import_module(module_name), name or "main")
+
+
+def asks_for_help(args: list[str]) -> bool:
+    """Whether argparse will print help for `args` (`-h`/`--help` before any `--`)."""
+    options = args[: args.index("--")] if "--" in args else args
+    return "-h" in options or "--help" in options
+
+
+def print_command_help(name: str, command: Command, args: list[str]) -> int:
+    """argparse's help for `tisa-hf NAME ARGS` from the command's options alone (argparse exits after printing)."""
+    options = _load(command.options)
+    if isinstance(options, tuple):
+        from .finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
+
+        try:
+            parse_arguments(options, args, prog=f"tisa-hf {name}")
+        except ValueError as error:  # a --config file that cannot be read
+            print(f"tisa-hf {name}: {error}", file=sys.stderr)
+            return 2
+    else:
+        options().parse_args(args)
+    return 0
 
 
 def configure_logging() -> None:
@@ -55,15 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, COMMANDS))
-        lines = [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in COMMANDS.items()]
+        lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
         print("usage: tisa-hf COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines))
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"tisa-hf: unknown command {command!r}; choose from {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
+    if asks_for_help(rest):
+        return print_command_help(command, COMMANDS[command], rest)
     configure_logging()
-    return _load(COMMANDS[command][0])(rest) or 0
+    return _load(COMMANDS[command].run)(rest) or 0
 
 
 if __name__ == "__main__":

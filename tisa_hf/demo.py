@@ -22,7 +22,7 @@ from .analysis.scoring import compare_scoring_to_profiles
 from .config import TisaConfig
 from .counting import count_positional_parameters
 from .hub_access import loading_errors, model_remedy, model_source
-from .packaged import MINILM_ALIAS
+from .parsers import demo_parser
 from .patching import position_table_length
 from .profiles import DEFAULT_PROFILE_LENGTH
 
@@ -43,12 +43,7 @@ def plot_profiles_and_kernels(model, path: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tisa-hf demo", description=__doc__)
-    parser.add_argument("--model", default=MINILM_ALIAS, help="Hub id or path (default: the packaged MiniLM)")
-    parser.add_argument("--out", default="tisa-demo", help="output folder")
-    parser.add_argument("--kernels", type=int, default=5, help="S, kernels per head and layer")
-    parser.add_argument("--mode", default="add", choices=["add", "replace"])
-    args = parser.parse_args(argv)
+    args = demo_parser().parse_args(argv)
     try:
         return run(args)
     except ValueError as error:

@@ -7,7 +7,6 @@ says that the run is saved and how to retry it, in one line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from .counting import PositionalParameterCount, count_positional_parameters
 from .finetune.run_folder import METRICS_FILE
 from .hub_access import LOADING_ERRORS, describe_error
 from .packaged import MINILM_ALIAS, MINILM_HUB_ID
+from .parsers import push_parser
 from .patching import tisa_config_of
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
@@ -344,14 +344,10 @@ def push_run(run_dir: str | Path, repo_id: str, private: bool = False, token: st
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tisa-hf push", description="Upload a run's model with a model card.")
-    parser.add_argument("run_dir", type=Path, help="Run directory: saved model, tokenizer and metrics.json.")
-    parser.add_argument("repo_id", help="Hub repository, e.g. user/bert-base-tisa-rte.")
-    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
-    args = parser.parse_args(argv)
+    args = push_parser().parse_args(argv)
     try:
         check_push_target(args.repo_id)
-        print(push_run(args.run_dir, args.repo_id, private=args.private))
+        print(push_run(Path(args.run_dir), args.repo_id, private=args.private))
     except (ValueError, OSError) as error:  # UploadError, bad run folder, the card's model load
         print(f"tisa-hf push: {error}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..finetune.arguments import TisaArguments, TrainingArguments
+from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments
 
 
 @dataclass
@@ -63,3 +63,6 @@ class AdaptArguments:
         default=0.1, metadata={"help": "Share of the articles (the last ones, whole) held out for evaluation."}
     )
     max_eval_blocks: int = field(default=64, metadata={"help": "Held-out blocks evaluated per length (spread)."})
+
+
+ADAPT_ARGUMENTS = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)

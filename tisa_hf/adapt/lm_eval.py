@@ -33,6 +33,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrai
 
 from ..finetune.runs import versions
 from ..packaged import resolve_model
+from ..parsers import lm_eval_parser
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
 from .objectives import masked_token_losses, mlm_head_of
@@ -257,28 +258,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tisa-hf lm-eval", description="Teacher agreement and masked-token loss against input length."
-    )
-    parser.add_argument("models", nargs="+", help="Checkpoints (folder, Hub id, minilm) or interp:NAME.")
-    parser.add_argument("--text", required=True, help="Held-out plain text (e.g. WikiText's test.txt).")
-    parser.add_argument("--lengths", type=int, nargs="+", required=True, help="Input lengths in tokens.")
-    parser.add_argument("--out", required=True, help="Folder for lm_eval.json and lm_eval.png.")
-    parser.add_argument("--teacher", help="The original model, for agreement at the lengths it reads.")
-    parser.add_argument("--mlm-head", help="A *ForMaskedLM checkpoint whose head every model uses.")
-    parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
-    parser.add_argument("--max-blocks", type=int, default=16, help="Blocks per length, spread over the text.")
-    parser.add_argument("--batch-tokens", type=int, default=8192, help="Tokens per forward pass.")
-    parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
-    parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
-    parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = lm_eval_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         record = run(args)
     except ValueError as error:

@@ -42,7 +42,7 @@ from ..finetune.runs import (
 )
 from ..finetune.trainer import TrainingStage, build_optimizer, fit, resolve_schedule, train_dataloader
 from ..hub_access import loading_errors, model_remedy
-from .arguments import AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
+from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
 from .objectives import DistillationObjective, MaskedLMObjective, mlm_head_of
 from .text import (
@@ -57,7 +57,6 @@ from .text import (
 
 logger = logging.getLogger(__name__)
 
-ARGUMENT_TYPES = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)
 EVAL_MASKING_SEED = 0
 
 
@@ -352,7 +351,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("tisa-hf adapt", ARGUMENT_TYPES, run, argv)
+    return command_main("tisa-hf adapt", ADAPT_ARGUMENTS, run, argv)
 
 
 if __name__ == "__main__":

@@ -176,6 +176,30 @@ class GlueDataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N dev examples."})
 
 
+
+@dataclass
+class SquadArguments:
+    """SQuAD data and decoding settings (defaults: the ALBERT paper's)."""
+
+    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0 (unanswerable questions)."})
+    train_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON (default: the Hub)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON for dev."})
+    max_seq_length: int = field(default=384, metadata={"help": "Tokens per feature (question + context window)."})
+    doc_stride: int = field(default=128, metadata={"help": "Tokens shared by consecutive windows of a context."})
+    n_best_size: int = field(default=20, metadata={"help": "Start and end candidates per feature."})
+    max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
+    null_score_diff_threshold: float = field(
+        default=0.0, metadata={"help": "v2: answer '' when the null score beats the best span by more than this."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N train examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dev examples."})
+
+
+# The argument dataclasses of each command (parsed in this order). SquadArguments is the one source of SQuAD's
+# data settings (max_seq_length, train_file, ...): GlueDataArguments, with fields of the same names, is not part of it.
+GLUE_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, GlueDataArguments)
+SQUAD_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, SquadArguments)
+
 def flatten_config(values: dict[str, Any]) -> dict[str, Any]:
     """YAML mapping -> field names: nested sections become prefixed fields (`tisa.lr` -> `tisa_lr`)."""
     flat = {}

@@ -20,7 +20,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
-from .arguments import GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
+from .arguments import GLUE_ARGUMENTS, GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
 from .glue_data import GlueTask, get_task, load_glue
 from .metrics import glue_metrics
 from .plan import RunPlan, plan_run
@@ -38,9 +38,6 @@ from .splits import first_examples
 from .trainer import build_optimizer, fit, train_dataloader
 
 logger = logging.getLogger(__name__)
-
-ARGUMENT_TYPES = (ModelArguments, TisaArguments, TrainingArguments, GlueDataArguments)
-
 
 def load_task_data(task: GlueTask, data_args: GlueDataArguments) -> datasets.DatasetDict:
     """The task's train and dev splits from the configured source, cut to --max_train/eval_samples."""
@@ -135,7 +132,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("tisa-hf glue", ARGUMENT_TYPES, run, argv)
+    return command_main("tisa-hf glue", GLUE_ARGUMENTS, run, argv)
 
 
 if __name__ == "__main__":

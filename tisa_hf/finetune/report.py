@@ -11,7 +11,6 @@ interval over dev examples and seeds, from the runs' predictions files; `--json 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..parsers import report_parser
 from .glue_data import TASKS
 from .metrics import glue_metric
 from .paired import paired_bootstrap
@@ -320,24 +320,7 @@ def parse_metric_overrides(values: list[str]) -> tuple[tuple[str, str, str, str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tisa-hf report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs_dir", help="Folder searched (recursively) for metrics.json files.")
-    parser.add_argument("--out", help="Write the Markdown table here (it is printed either way).")
-    parser.add_argument("--metric", action="append", default=[], help="TASK=METRIC, e.g. mrpc=f1 (repeatable).")
-    parser.add_argument("--spread", action="store_true", help="Show each cell's [min, max] over seeds too.")
-    parser.add_argument(
-        "--mode", choices=("add", "replace"), help="Only the baselines and the TISA runs of this mode (table 3a / 3b)."
-    )
-    parser.add_argument(
-        "--paired",
-        metavar="VARIANT",
-        help="Also the paired difference of every other variant to VARIANT (a row name, e.g. baseline), with a 95%% "
-        "bootstrap interval over dev examples and seeds; needs the runs' predictions.json.",
-    )
-    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
-    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
-    parser.add_argument("--json", help="Write every run's record (and the paired differences) here as JSON.")
-    options = parser.parse_args(argv)
+    options = report_parser().parse_args(argv)
     try:
         columns = parse_metric_overrides(options.metric)
         results = collect(options.runs_dir, options.mode)

@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
-from .arguments import ModelArguments, TisaArguments, TrainingArguments
+from .arguments import SQUAD_ARGUMENTS, ModelArguments, SquadArguments, TisaArguments, TrainingArguments
 from .plan import plan_run
 from .runs import (
     command_main,
@@ -31,12 +31,8 @@ from .runs import (
     run_record,
     start_run,
 )
-from .squad_data import SquadArguments, build_squad_task, load_squad_data
+from .squad_data import build_squad_task, load_squad_data
 from .trainer import build_optimizer, fit, train_dataloader
-
-# SquadArguments is the one source of the data settings (max_seq_length, train_file, ...): GlueDataArguments,
-# which has fields of the same names, is not part of this command.
-ARGUMENT_TYPES = (ModelArguments, TisaArguments, TrainingArguments, SquadArguments)
 
 EVAL_SPLIT = "validation"
 MAIN_METRIC = "f1"  # the official scripts' F1 (v2.0: over all questions, at no-answer threshold 0)
@@ -105,7 +101,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("tisa-hf squad", ARGUMENT_TYPES, run, argv)
+    return command_main("tisa-hf squad", SQUAD_ARGUMENTS, run, argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_datas
 from transformers import PreTrainedTokenizerFast
 
 from ..hub_access import check_hub_dataset, loading_errors
+from .arguments import SquadArguments
 from .splits import first_examples, no_examples, require_examples
 from .squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
 
@@ -29,24 +29,6 @@ SQUAD_FEATURES = Features(
         "answers": {"text": Sequence(Value("string")), "answer_start": Sequence(Value("int32"))},
     }
 )
-
-
-@dataclass
-class SquadArguments:
-    """SQuAD data and decoding settings (defaults: the ALBERT paper's)."""
-
-    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0 (unanswerable questions)."})
-    train_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON (default: the Hub)."})
-    validation_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON for dev."})
-    max_seq_length: int = field(default=384, metadata={"help": "Tokens per feature (question + context window)."})
-    doc_stride: int = field(default=128, metadata={"help": "Tokens shared by consecutive windows of a context."})
-    n_best_size: int = field(default=20, metadata={"help": "Start and end candidates per feature."})
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
-    null_score_diff_threshold: float = field(
-        default=0.0, metadata={"help": "v2: answer '' when the null score beats the best span by more than this."}
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N train examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dev examples."})
 
 
 class SquadFormatError(ValueError):

@@ -17,7 +17,6 @@ continues where it stopped when started again. Sweep file keys:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shlex
 import subprocess
@@ -28,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from ..parsers import sweep_parser
 from .run_folder import is_finished, latest_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -106,10 +106,7 @@ def plan(sweep_path: str | Path) -> list[PlannedRun]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tisa-hf sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="Sweep YAML file.")
-    parser.add_argument("--dry-run", action="store_true", help="Print the runs and their status, run nothing.")
-    options = parser.parse_args(argv)
+    options = sweep_parser().parse_args(argv)
     try:
         runs = plan(options.config)
     except ValueError as error:

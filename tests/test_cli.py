@@ -1,0 +1,81 @@
+"""The `tisa-hf` console command: every command's --help answers from its parser alone, without torch, and is the
+help the command itself prints; everything else runs with tisa_hf imported (and registered) as usual."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tisa_hf import cli
+
+# What a help request must not import: each takes seconds, and none is needed to print options.
+HEAVY_MODULES = ("torch", "transformers.modeling_utils", "accelerate", "datasets", "matplotlib", "sklearn", "peft")
+
+
+def front(argv: list[str], after: str = "") -> tuple[subprocess.CompletedProcess, dict]:
+    """Runs `tisa-hf ARGV` through the console script's module in a fresh interpreter, then `after` (Python code
+    whose `facts` dict is added to the report); returns the process and the report of what it had imported."""
+    code = (
+        "import json, sys, tisa_hf_cli\n"
+        f"try:\n    status = tisa_hf_cli.main({argv!r})\n"
+        "except SystemExit as stop:\n    status = stop.code\n"
+        f"facts = {{}}\n{after}\n"
+        f"heavy = [name for name in {HEAVY_MODULES!r} if name in sys.modules]\n"
+        "print('REPORT ' + json.dumps({'status': status, 'heavy': heavy, **facts}))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    printed, _, report = completed.stdout.partition("REPORT ")
+    return subprocess.CompletedProcess(completed.args, completed.returncode, printed, completed.stderr), json.loads(
+        report
+    )
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_help_of_every_command_imports_no_heavy_library(command):
+    completed, report = front([command, "--help"])
+    assert report == {"status": 0, "heavy": []}
+    assert completed.stdout.startswith(f"usage: tisa-hf {command} ")
+
+
+def test_command_list_names_every_command_without_heavy_imports():
+    completed, report = front([])
+    assert report == {"status": 0, "heavy": []}
+    listed = [line.split()[0] for line in completed.stdout.split("commands:\n")[1].splitlines()]
+    assert listed == list(cli.COMMANDS)
+
+
+@pytest.mark.parametrize("command", ["glue", "analyze", "lm-eval"])
+def test_fast_help_is_the_commands_own_help(command, capsys):
+    """The command module's main, run with tisa_hf imported in full, prints the same help."""
+    with pytest.raises(SystemExit) as stop:
+        cli._load(cli.COMMANDS[command].run)(["--help"])
+    assert stop.value.code == 0
+    completed, _ = front([command, "--help"])
+    assert capsys.readouterr().out == completed.stdout
+
+
+def test_help_shows_the_settings_of_a_config_file(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("task: rte\nlearning_rate: 3.0e-05\n")
+    completed, report = front(["glue", "--config", str(config), "--help"])
+    assert report == {"status": 0, "heavy": []}
+    assert "(default: 3e-05)" in completed.stdout
+    assert "(default: rte)" in completed.stdout
+
+
+def test_a_run_imports_tisa_hf_in_full(tmp_path):
+    """Without --help the front imports tisa_hf normally: its model types are registered with transformers."""
+    after = (
+        "from transformers import CONFIG_MAPPING\n"
+        "facts['registered'] = 'tisa_hf_bert' in CONFIG_MAPPING\n"
+        "facts['patch'] = hasattr(sys.modules['tisa_hf'], 'patch')"
+    )
+    completed, report = front(["sweep", "--config", str(tmp_path / "missing.yaml")], after)
+    assert report["status"] == 2 and report["registered"] and report["patch"]
+    assert f"tisa-hf sweep: Sweep file {tmp_path / 'missing.yaml'} does not exist." in completed.stderr
+
+
+def test_help_after_a_double_dash_is_an_argument_not_a_request():
+    assert cli.asks_for_help(["--config", "x", "--help"])
+    assert not cli.asks_for_help(["--config", "x", "--", "--help"])

@@ -1,0 +1,147 @@
+"""The options of the argparse-based commands (the fine-tuning and adapt commands take theirs from the dataclasses
+of `finetune/arguments.py` and `adapt/arguments.py`).
+
+This module imports only the standard library and light tisa_hf modules, never torch, transformers' models or
+the data libraries: `tisa-hf COMMAND --help` builds the command's parser from here and answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .packaged import MINILM_ALIAS
+
+BENCH_SECTIONS = ("bias", "train", "infer", "replace")
+
+
+def demo_parser(description: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf demo",
+        description=description or "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload.",
+    )
+    parser.add_argument("--model", default=MINILM_ALIAS, help="Hub id or path (default: the packaged MiniLM)")
+    parser.add_argument("--out", default="tisa-demo", help="output folder")
+    parser.add_argument("--kernels", type=int, default=5, help="S, kernels per head and layer")
+    parser.add_argument("--mode", default="add", choices=["add", "replace"])
+    return parser
+
+
+def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-len", type=int, default=512, help="positions to analyse (default 512)")
+    parser.add_argument("--tokenizer", help="tokenizer path or Hub id (default: the model's)")
+    parser.add_argument("--text-file", help="texts for the trace vectors, one per line (default: built-in)")
+    parser.add_argument("--word", default="the", help="the repeated word of identical-word probing")
+    parser.add_argument("--include-special", action="store_true", help="keep [CLS]/[SEP] in the probing indicators")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs of analysis 6")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal anyway)"
+    )
+
+
+def analyze_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf analyze", description="Positional analysis report (HTML, JSON, PNG) of one encoder."
+    )
+    parser.add_argument("model", help="local folder or Hub id of a supported encoder (TISA or not), or minilm")
+    parser.add_argument("--out", required=True, help="report folder (report.html, metrics.json, figures)")
+    parser.add_argument("--layers", type=int, nargs="+", help="layers to show, counted from 0 (default: all)")
+    _add_analysis_options(parser)
+    return parser
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf compare",
+        description="Key positional numbers of several encoders in one table, optionally against a score.",
+    )
+    parser.add_argument(
+        "models",
+        nargs="+",
+        help="model folders (fine-tuning runs included) or Hub ids, or report folders of `tisa-hf analyze`",
+    )
+    parser.add_argument("--scores", type=float, nargs="+", help="one score per model (e.g. GLUE dev accuracy)")
+    parser.add_argument("--score-name", default="score", help="what the scores measure, for the plot")
+    parser.add_argument("--out", help="folder for compare.json, compare.csv and compare_scatter.png")
+    _add_analysis_options(parser)
+    return parser
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf sweep", description="Every (task, variant, seed) run of a grid, one process launch each."
+    )
+    parser.add_argument("--config", required=True, help="Sweep YAML file.")
+    parser.add_argument("--dry-run", action="store_true", help="Print the runs and their status, run nothing.")
+    return parser
+
+
+def report_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf report", description="Results tables of fine-tuning runs (the TISA paper's table 3 layout)."
+    )
+    parser.add_argument("runs_dir", help="Folder searched (recursively) for metrics.json files.")
+    parser.add_argument("--out", help="Write the Markdown table here (it is printed either way).")
+    parser.add_argument("--metric", action="append", default=[], help="TASK=METRIC, e.g. mrpc=f1 (repeatable).")
+    parser.add_argument("--spread", action="store_true", help="Show each cell's [min, max] over seeds too.")
+    parser.add_argument(
+        "--mode", choices=("add", "replace"), help="Only the baselines and the TISA runs of this mode (table 3a / 3b)."
+    )
+    parser.add_argument(
+        "--paired",
+        metavar="VARIANT",
+        help="Also the paired difference of every other variant to VARIANT (a row name, e.g. baseline), with a 95%% "
+        "bootstrap interval over dev examples and seeds; needs the runs' predictions.json.",
+    )
+    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
+    parser.add_argument("--json", help="Write every run's record (and the paired differences) here as JSON.")
+    return parser
+
+
+def lm_eval_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf lm-eval", description="Teacher agreement and masked-token loss against input length."
+    )
+    parser.add_argument("models", nargs="+", help="Checkpoints (folder, Hub id, minilm) or interp:NAME.")
+    parser.add_argument("--text", required=True, help="Held-out plain text (e.g. WikiText's test.txt).")
+    parser.add_argument("--lengths", type=int, nargs="+", required=True, help="Input lengths in tokens.")
+    parser.add_argument("--out", required=True, help="Folder for lm_eval.json and lm_eval.png.")
+    parser.add_argument("--teacher", help="The original model, for agreement at the lengths it reads.")
+    parser.add_argument("--mlm-head", help="A *ForMaskedLM checkpoint whose head every model uses.")
+    parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
+    parser.add_argument("--max-blocks", type=int, default=16, help="Blocks per length, spread over the text.")
+    parser.add_argument("--batch-tokens", type=int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
+    parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
+    return parser
+
+
+def push_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tisa-hf push", description="Upload a run's model with a model card.")
+    parser.add_argument("run_dir", help="Run directory: saved model, tokenizer and metrics.json.")
+    parser.add_argument("repo_id", help="Hub repository, e.g. user/bert-base-tisa-rte.")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    return parser
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf bench", description="Speed and memory of TISA against plain attention."
+    )
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument("--sections", nargs="+", choices=BENCH_SECTIONS, default=list(BENCH_SECTIONS))
+    parser.add_argument("--implementations", nargs="+", choices=("sdpa", "eager"), default=["sdpa", "eager"])
+    parser.add_argument(
+        "--dtypes", nargs="+", choices=("float32", "bfloat16"), help="default: float32, plus bfloat16 on CUDA"
+    )
+    parser.add_argument("--bias-lengths", nargs="+", type=int, default=[128, 512, 2048])
+    parser.add_argument("--replace-lengths", nargs="+", type=int, default=[1024, 2048, 4096])
+    parser.add_argument("--attention-dropout", type=float, default=0.1, help="attention dropout in training")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--output", default="bench.json", help="where the JSON results go")
+    parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
+    return parser
