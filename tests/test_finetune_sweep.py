@@ -87,3 +87,25 @@ def test_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
     assert result["steps"] == 4 and result["seed"] == 1
     assert (result["tisa"]["num_kernels"], result["tisa"]["mode"]) == (3, "replace")
     assert json.loads((finished / "metrics.json").read_text()) == {"kept": True}
+
+
+def test_a_finished_run_made_with_other_settings_stops_the_sweep_before_any_run(tmp_path):
+    """An edited task config would otherwise leave the old run in place, reported as a run of the new settings."""
+    sweep = write_sweep(tmp_path)
+    finished = tmp_path / "runs/rte/baseline/seed-2"
+    finished.mkdir(parents=True)
+    recorded = {"task": "rte", "max_steps": 4, "learning_rate": 2e-05, "seed": 2, "output_dir": "elsewhere"}
+    (finished / "metrics.json").write_text(json.dumps({"config": recorded}))
+    assert plan(sweep)[2].status == "done"  # the same settings (the folder is not one of them)
+
+    (tmp_path / "glue" / "rte.yaml").write_text("task: rte\nmax_steps: 8\nlearning_rate: 1.0e-4\n")
+    message = (
+        f"Sweep file {sweep}: finished run(s) were made with other settings than the sweep now gives them: "
+        f"{finished} (learning_rate: 2e-05 -> 0.0001; max_steps: 4 -> 8). Delete those runs to redo them, or give "
+        "the sweep another output_dir."
+    )
+    with pytest.raises(ValueError) as error:
+        plan(sweep)
+    assert str(error.value) == message
+    assert main(["--config", str(sweep)]) == 2
+    assert json.loads((finished / "metrics.json").read_text()) == {"config": recorded}

@@ -3,7 +3,9 @@
 Seeds are the outer loop: every (task, variant) runs its first seed before any runs its second, so a sweep
 stopped part-way leaves a balanced comparison (the same seeds for every configuration). Finished runs (their
 metrics.json exists) are skipped and runs with a complete checkpoint are resumed, so a sweep that was killed
-continues where it stopped when started again. Sweep file keys:
+continues where it stopped when started again. A finished run whose recorded settings differ from what the sweep
+now asks of it (an edited task config or variant) stops the sweep before anything runs: it would otherwise be
+reported as a run of the new settings. Sweep file keys:
 
     model: albert-base-v2            # any --model value
     output_dir: runs/table3a         # runs go to OUTPUT_DIR/TASK/VARIANT/seed-SEED
@@ -17,6 +19,7 @@ continues where it stopped when started again. Sweep file keys:
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import subprocess
@@ -28,7 +31,8 @@ from typing import Any
 import yaml
 
 from ..parsers import sweep_parser
-from .run_folder import is_finished, latest_checkpoint
+from .arguments import GLUE_ARGUMENTS, parse_arguments, resolved_config
+from .run_folder import METRICS_FILE, changed_settings, is_finished, latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +87,7 @@ def plan(sweep_path: str | Path) -> list[PlannedRun]:
     for task_config in task_configs.values():
         if not task_config.is_file():
             raise ValueError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
-    runs = []
+    runs, conflicts = [], []
     for seed in sweep["seeds"]:
         for task, task_config in task_configs.items():
             for variant, variant_settings in sweep["variants"].items():
@@ -95,14 +99,34 @@ def plan(sweep_path: str | Path) -> list[PlannedRun]:
                     if latest_checkpoint(output_dir) is not None
                     else "new"
                 )
-                command = [*launcher, "-m", "tisa_hf.glue", "--config", str(task_config)]
-                command += settings_to_flags({"model": sweep["model"], **(sweep.get("settings") or {})})
-                command += settings_to_flags(variant_settings or {})
-                command += ["--seed", str(seed), "--output_dir", str(output_dir)]
-                if status == "resume":
-                    command.append("--resume")
+                flags = ["--config", str(task_config)]
+                flags += settings_to_flags({"model": sweep["model"], **(sweep.get("settings") or {})})
+                flags += settings_to_flags(variant_settings or {})
+                flags += ["--seed", str(seed), "--output_dir", str(output_dir)]
+                changes = finished_changes(output_dir, flags) if status == "done" else []
+                if changes:
+                    conflicts.append(f"{output_dir} ({'; '.join(changes)})")
+                command = [*launcher, "-m", "tisa_hf.glue", *flags, *(["--resume"] if status == "resume" else [])]
                 runs.append(PlannedRun(task, variant, seed, output_dir, command, status))
+    if conflicts:
+        raise ValueError(
+            f"Sweep file {sweep_path}: finished run(s) were made with other settings than the sweep now gives them: "
+            f"{', '.join(conflicts)}. Delete those runs to redo them, or give the sweep another output_dir."
+        )
     return runs
+
+
+def finished_changes(output_dir: Path, flags: list[str]) -> list[str]:
+    """`name: recorded -> planned` for each setting of the finished run in `output_dir` that `flags` now set
+    otherwise. Settings the record lacks (older versions) are not compared, nor step counts the flags leave to
+    be resolved from epochs or a warm-up ratio."""
+    recorded = json.loads(Path(output_dir, METRICS_FILE).read_text()).get("config") or {}
+    planned = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
+    wanted = resolved_config(*planned)
+    training = planned[2]
+    unresolved = {"max_steps"} if training.max_steps is None else set()
+    unresolved |= {"warmup_steps"} if training.warmup_steps == 0 else set()
+    return changed_settings(recorded, wanted, skip=(*unresolved, *(set(wanted) - set(recorded))))
 
 
 def main(argv: list[str] | None = None) -> int:
