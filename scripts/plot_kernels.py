@@ -77,12 +77,13 @@ def main() -> None:
     figure.savefig(args.out, dpi=110)
 
     print(f"wrote {args.out}")
-    print("layer  spread of f at start  spread after  change (rms, relative to the start's spread)")
+    print("layer  spread of f at start  spread after  rms change  change / start's spread (- for a flat start)")
     for layer in range(layers):
         spread_before = before[layer].std().item()
         spread_after = after[layer].std().item()
         change = (after[layer] - before[layer]).square().mean().sqrt().item()
-        print(f"{layer:5d}  {spread_before:20.3f}  {spread_after:12.3f}  {change / spread_before:8.3f}")
+        relative = f"{change / spread_before:8.3f}" if spread_before > 0 else "       -"
+        print(f"{layer:5d}  {spread_before:20.3f}  {spread_after:12.3f}  {change:10.3f}  {relative}")
 
 
 if __name__ == "__main__":

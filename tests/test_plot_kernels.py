@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import BertConfig, BertModel
 
@@ -16,13 +17,14 @@ SCRIPT = ROOT / "scripts" / "plot_kernels.py"
 ENVIRONMENT = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's tisa_hf, not an installed one
 
 
-def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path):
+@pytest.mark.parametrize("init", ["fit", "zeros"])
+def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path, init):
     torch.manual_seed(0)
     config = BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64
     )
     BertModel(config).save_pretrained(tmp_path / "pretrained")
-    tisa = tisa_hf.TisaConfig(num_kernels=2, mode="add", fit_window=16)
+    tisa = tisa_hf.TisaConfig(num_kernels=2, mode="add", fit_window=16, init=init)
     tuned = BertModel.from_pretrained(tmp_path / "pretrained", tisa=tisa)
     with torch.no_grad():
         tuned.tisa.amplitude[0] += 0.5  # "fine-tuning" moved the first layer only
@@ -53,6 +55,11 @@ def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path):
     assert sorted(changes) == [0, 1]  # layers counted from 0, as in `tisa-hf analyze` and the demo
     assert changes[1] < 1e-5  # layer 1 is exactly the rebuilt start
     assert changes[0] > 0.01
+    relative = {int(row[0]): row[4] for row in rows}
+    if init == "zeros":  # flat functions at the start: no spread to compare the change with
+        assert relative == {0: "-", 1: "-"}
+    else:
+        assert float(relative[0]) > 0 and float(relative[1]) < 1e-3
 
 
 def test_baseline_run_is_refused(tmp_path):

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The adapt experiment of docs/results-adapt.md on the packaged all-MiniLM-L6-v2, offline, on CPU or one GPU:
+#   1. an MLM head fitted on the frozen original model (MiniLM ships without one), for lm-eval's masked-token loss;
+#   2. distillation of TISA replace S=5 into the original model on WikiText-2 validation text, 128 -> 256 -> 512
+#      tokens: the kernels only, and the kernels and all weights; the bag-of-words model (replace S=0) adapted the
+#      same way with all weights, the control that says whether TISA or the adaptation did the work;
+#   3. the unadapted replace S=5 model (kernels fitted, no training), saved for comparison;
+#   4. lm-eval of every model, the original and its position-interpolated peer on held-out WikiText-2 test text,
+#      128 to 4,096 tokens;
+#   5. fine-tuning of the adapted models on STS-B and MRPC with the settings of the converged GLUE runs, 3 seeds
+#      (configs/sweeps/minilm-adapted-glue.yaml, into the folder of configs/sweeps/minilm-glue-converged.yaml).
+# Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
+#
+#   bash scripts/adapt_minilm.sh                  # everything, into runs/adapt-minilm
+#   STEPS=1500 bash scripts/adapt_minilm.sh       # a longer adaptation (default 900 steps: about an hour on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-runs/adapt-minilm}
+STEPS=${STEPS:-900}
+TEXT=${TEXT:-../shared/text/wikitext-2}
+export HF_HUB_OFFLINE=1
+
+adapt() {  # adapt OUTPUT_DIR ARGS...: skipped when finished, resumed when interrupted
+    local out=$1
+    shift
+    if [[ -f $out/metrics.json ]]; then
+        echo "done: $out"
+        return
+    fi
+    local resume=()
+    [[ -d $out/checkpoints ]] && resume=(--resume)
+    tisa-hf adapt --model minilm --train-text "$TEXT/valid.txt" --output-dir "$out" "$@" "${resume[@]}"
+}
+
+distill=(--objective distill --tisa.mode replace --lengths 128 256 512 --max-steps "$STEPS" --train-batch-size 8)
+adapt "$RUNS/mlm-head" --objective mlm --train head --lengths 128 --max-steps 600 --train-batch-size 8
+adapt "$RUNS/s5-kernels" "${distill[@]}" --tisa.num_kernels 5 --train kernels
+adapt "$RUNS/s5-all" "${distill[@]}" --tisa.num_kernels 5 --train all
+adapt "$RUNS/s0-all" "${distill[@]}" --tisa.num_kernels 0 --train all
+
+if [[ ! -f $RUNS/s5-unadapted/config.json ]]; then
+    python - "$RUNS/s5-unadapted" <<'PY'
+import sys
+
+from transformers import AutoModel, AutoTokenizer
+
+import tisa_hf
+
+path = tisa_hf.minilm_path()
+model = AutoModel.from_pretrained(path, tisa=tisa_hf.TisaConfig(num_kernels=5, mode="replace"))
+model.save_pretrained(sys.argv[1])
+AutoTokenizer.from_pretrained(path).save_pretrained(sys.argv[1])
+PY
+fi
+
+if [[ ! -f $RUNS/lm-eval/lm_eval.json ]]; then
+    tisa-hf lm-eval minilm interp:minilm "$RUNS/s5-unadapted" "$RUNS/s5-kernels" "$RUNS/s5-all" "$RUNS/s0-all" \
+        --teacher minilm --mlm-head "$RUNS/mlm-head" --text "$TEXT/test.txt" --lengths 128 512 1024 2048 4096 \
+        --out "$RUNS/lm-eval"
+fi
+
+tisa-hf sweep --config configs/sweeps/minilm-adapted-glue.yaml
