@@ -34,7 +34,7 @@ adapt() {  # adapt OUTPUT_DIR ARGS...: skipped when finished, resumed when inter
 }
 
 distill=(--objective distill --tisa.mode replace --lengths 128 256 512 --max-steps "$STEPS" --train-batch-size 8)
-adapt "$RUNS/mlm-head" --objective mlm --train head --lengths 128 --max-steps 600 --train-batch-size 8
+adapt "$RUNS/mlm-head" --objective mlm --train head --lengths 128 --max-steps 1000 --train-batch-size 8 --learning-rate 1e-3
 adapt "$RUNS/s5-kernels" "${distill[@]}" --tisa.num_kernels 5 --train kernels
 adapt "$RUNS/s5-all" "${distill[@]}" --tisa.num_kernels 5 --train all
 adapt "$RUNS/s0-all" "${distill[@]}" --tisa.num_kernels 0 --train all
