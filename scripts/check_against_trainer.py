@@ -41,8 +41,6 @@ from tisa_hf.finetune.run_folder import RESUME_SAFE_SETTINGS, latest_checkpoint
 from tisa_hf.finetune.runs import versions
 
 ROOT = Path(__file__).resolve().parents[1]
-# Settings a finished run may differ in without being another run; max_steps/warmup_steps are compared apart.
-NOT_COMPARED = {*RESUME_SAFE_SETTINGS, "max_steps", "warmup_steps"}
 
 
 def tisa_hf_argv(options: argparse.Namespace, task: str, seed: int, overrides: list[str]) -> list[str]:
@@ -69,10 +67,7 @@ def parse_settings(argv: list[str], output_dir: Path) -> tuple[Any, ...]:
 def check_finished(folder: Path, record: dict[str, Any], settings: tuple[Any, ...]) -> None:
     """Refuses a finished run made with other settings than `settings` (it is never overwritten)."""
     wanted, done = resolved_config(*settings), record["config"]
-    training = settings[2]
-    compared = {name for name in wanted if name not in NOT_COMPARED}
-    compared |= {"max_steps"} if training.max_steps is not None else set()
-    compared |= {"warmup_steps"} if training.warmup_steps > 0 else set()
+    compared = set(wanted) - set(RESUME_SAFE_SETTINGS) - settings[2].unresolved_step_settings()
     differing = sorted(name for name in compared if wanted[name] != done.get(name))
     if differing:
         raise ValueError(

@@ -161,6 +161,16 @@ class TrainingArguments:
                 "the last one."
             )
 
+    def unresolved_step_settings(self) -> set[str]:
+        """The step counts these settings leave to be resolved from the data (`max_steps` from the epochs,
+        `warmup_steps` from the ratio): a finished run's record holds resolved values that they cannot match."""
+        unresolved = set()
+        if self.max_steps is None:
+            unresolved.add("max_steps")
+        if self.warmup_steps == 0:
+            unresolved.add("warmup_steps")
+        return unresolved
+
 
 @dataclass
 class GlueDataArguments:
@@ -174,7 +184,6 @@ class GlueDataArguments:
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per example after truncation."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N dev examples."})
-
 
 
 @dataclass
@@ -199,6 +208,7 @@ class SquadArguments:
 # data settings (max_seq_length, train_file, ...): GlueDataArguments, with fields of the same names, is not part of it.
 GLUE_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, GlueDataArguments)
 SQUAD_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, SquadArguments)
+
 
 def flatten_config(values: dict[str, Any]) -> dict[str, Any]:
     """YAML mapping -> field names: nested sections become prefixed fields (`tisa.lr` -> `tisa_lr`)."""

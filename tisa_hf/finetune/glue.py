@@ -39,6 +39,7 @@ from .trainer import build_optimizer, fit, train_dataloader
 
 logger = logging.getLogger(__name__)
 
+
 def load_task_data(task: GlueTask, data_args: GlueDataArguments) -> datasets.DatasetDict:
     """The task's train and dev splits from the configured source, cut to --max_train/eval_samples."""
     raw = load_glue(task, data_args.data_dir, data_args.train_file, data_args.validation_file, data_args.dataset_name)

@@ -123,9 +123,7 @@ def finished_changes(output_dir: Path, flags: list[str]) -> list[str]:
     recorded = json.loads(Path(output_dir, METRICS_FILE).read_text()).get("config") or {}
     planned = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
     wanted = resolved_config(*planned)
-    training = planned[2]
-    unresolved = {"max_steps"} if training.max_steps is None else set()
-    unresolved |= {"warmup_steps"} if training.warmup_steps == 0 else set()
+    unresolved = planned[2].unresolved_step_settings()
     return changed_settings(recorded, wanted, skip=(*unresolved, *(set(wanted) - set(recorded))))
 
 
