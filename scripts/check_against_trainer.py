@@ -24,11 +24,13 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
+from torch import nn
 from transformers import DataCollatorWithPadding, Trainer, set_seed
 
 import tisa_hf
@@ -90,14 +92,23 @@ def run_tisa_hf(argv: list[str], folder: Path) -> dict[str, Any]:
     return json.loads((folder / "metrics.json").read_text())
 
 
-def run_trainer(settings: tuple[Any, ...], max_steps: int, warmup_steps: int, folder: Path) -> dict[str, Any]:
-    """The same fine-tuning with transformers' Trainer: tisa-hf's data, tokenisation, model loading and metric."""
+def run_trainer(
+    settings: tuple[Any, ...],
+    max_steps: int,
+    warmup_steps: int,
+    folder: Path,
+    wrap_model: Callable[[nn.Module], nn.Module] | None = None,
+) -> dict[str, Any]:
+    """The same fine-tuning with transformers' Trainer: tisa-hf's data, tokenisation, model loading and metric.
+    `wrap_model` replaces the loaded model by another built from it (another pooling of the same weights)."""
     model_args, tisa_args, args, data_args = settings
     started = time.perf_counter()
     task = get_task(data_args.task)
     set_seed(args.seed)  # as tisa-hf does before loading the model: the new head starts from the same weights
     raw = load_task_data(task, data_args)
     model, tokenizer = load_model(RunPlan(None, *model_sources(model_args)), tisa_args, task)
+    if wrap_model is not None:
+        model = wrap_model(model)
     encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length)
     trainer_args = transformers.TrainingArguments(
         output_dir=str(folder),
@@ -217,25 +228,29 @@ def render(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n\n" + note
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", nargs="+", default=["mrpc", "stsb"], help="GLUE task(s).")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="Seed(s), each run on both sides.")
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The script's own arguments and the tisa-hf overrides after `--`."""
+    if "--" not in argv:
+        return argv, []
+    return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+
+
+def script_parser(description: str, tasks: list[str], seeds: list[int], output_dir: str) -> argparse.ArgumentParser:
+    """The options of a script that runs tisa-hf task configs on GLUE tasks and seeds."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--task", nargs="+", default=tasks, help="GLUE task(s).")
+    parser.add_argument("--seeds", nargs="+", type=int, default=seeds, help="Seed(s), each run on every side.")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "glue", help="GLUE TSV folder.")
     parser.add_argument("--model", default="minilm", help="Any tisa-hf --model value (default: packaged MiniLM).")
     parser.add_argument(
         "--config-dir", type=Path, default=ROOT / "configs" / "glue-minilm-converged", help="tisa-hf TASK.yaml files."
     )
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/check-against-trainer"), help="Runs go here.")
-    options = parser.parse_args(own)
-    try:
-        results = compare(options, overrides)
-    except (ValueError, RuntimeError) as error:
-        print(f"check_against_trainer: {error}", file=sys.stderr)
-        return 2
+    parser.add_argument("--output-dir", type=Path, default=Path(output_dir), help="Runs go here.")
+    return parser
+
+
+def write_comparison(options: argparse.Namespace, overrides: list[str], results: list[dict[str, Any]]) -> None:
+    """OUTPUT_DIR/comparison.json: the runs' results with the model, data, overrides and library versions."""
     document = {
         "model": options.model,
         "data_dir": str(options.data_dir),
@@ -245,6 +260,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     options.output_dir.mkdir(parents=True, exist_ok=True)
     (options.output_dir / "comparison.json").write_text(json.dumps(document, indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    parser = script_parser(__doc__.split("\n\n")[0], ["mrpc", "stsb"], [1], "runs/check-against-trainer")
+    options = parser.parse_args(own)
+    try:
+        results = compare(options, overrides)
+    except (ValueError, RuntimeError) as error:
+        print(f"check_against_trainer: {error}", file=sys.stderr)
+        return 2
+    write_comparison(options, overrides, results)
     print(render(results))
     return 0
 
