@@ -1,6 +1,7 @@
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,16 +159,24 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(workspace, tmp_path, m
         save(accelerator, output_dir, state)
 
     monkeypatch.setattr(trainer, "save_checkpoint", save_then_die_on_the_second)
+    started = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         run_glue(glue_argv(workspace, killed, *common))
     monkeypatch.setattr(trainer, "save_checkpoint", save)
     assert sorted(path.name for path in (killed / "checkpoints").iterdir()) == ["step-4"]
+    saved_state = killed / "checkpoints" / "step-4" / "trainer_state.json"
+    state = json.loads(saved_state.read_text())
+    assert 0 < state["wall_time_s"] < time.perf_counter() - started
+    saved_state.write_text(json.dumps({**state, "wall_time_s": 1000.0}))  # as if the first process took 1000 s
     torch.manual_seed(12345)  # the resumed run must restore the RNG, not inherit it
+    resumed_at = time.perf_counter()
     run_glue(glue_argv(workspace, killed, *common, "--resume"))
+    resumed_for = time.perf_counter() - resumed_at
 
     full_metrics = json.loads((full / "metrics.json").read_text())
     resumed_metrics = json.loads((killed / "metrics.json").read_text())
     assert resumed_metrics["history"] == full_metrics["history"]
+    assert 1000 < resumed_metrics["wall_time_s"] < 1000 + resumed_for  # the earlier process's time, to step 4
     full_weights, resumed_weights = weights(full), weights(killed)
     assert all(torch.equal(full_weights[name], resumed_weights[name]) for name in full_weights)
     # Dropout is on, so a run with another seed differs: the comparison above is not vacuous.

@@ -90,7 +90,8 @@ def test_card_body_sections(run_dir):
     table = POSITIONS * HIDDEN
     assert f"| this model | {tisa} | {table} | {tisa + table} |" in text
     assert f"| unpatched base model | 0 | {table} | {table} |" in text
-    assert "| accuracy | 0.6823 |" in text and "seed 13" in text
+    assert "| accuracy | 0.6823 |" in text
+    assert "Task: RTE, dev set (seed 13, wall time of training and evaluation 123 s)." in text
     assert "import tisa_hf" in text and "only its mean reaches the model" not in text
     assert 'AutoModelForSequenceClassification.from_pretrained("someone/bert-tisa-rte")' in text
     assert text.index("import tisa_hf") < text.index("from_pretrained")
@@ -101,6 +102,14 @@ def test_kernel_plot_is_written_and_linked(run_dir):
     assert f"![TISA scoring functions]({hub.KERNEL_PLOT})" in text
     with Image.open(run_dir / hub.KERNEL_PLOT) as image:
         assert image.format == "PNG" and image.width > 100
+
+
+def test_card_says_when_the_wall_time_is_unknown(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    record = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**record, "wall_time_s": None}))
+    text = hub.build_model_card(run).text
+    assert "(seed 13, wall time of training and evaluation unknown)." in text
 
 
 def test_loading_snippet_reloads_the_model(run_dir):

@@ -196,10 +196,16 @@ def adaptation_section(record: dict[str, Any]) -> str:
     return (
         f"## Adaptation\n\n{objective} Trained: {TRAINED[adaptation['train']]}, on `{adaptation['text']}` "
         f"({articles['train']} articles; {articles['held_out']} held out), {adaptation['batch_size']} blocks of "
-        f"packed text per step, block lengths short to long (seed {record['seed']}, "
-        f"{float(record['wall_time_s']):.0f} s).\n\n"
-        + _table(["block length", "steps", "training blocks", "held-out loss"], rows)
+        f"packed text per step, block lengths short to long (seed {record['seed']}, wall time "
+        f"{_wall_time(record)}).\n\n" + _table(["block length", "steps", "training blocks", "held-out loss"], rows)
     )
+
+
+def _wall_time(record: dict[str, Any]) -> str:
+    """The run's wall time over all its processes; unknown for a run resumed from a checkpoint written before
+    checkpoints recorded it."""
+    seconds = record["wall_time_s"]
+    return "unknown" if seconds is None else f"{float(seconds):.0f} s"
 
 
 def _auto_class_name(architecture: str) -> str:
@@ -284,8 +290,8 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     else:
         metric_rows = [[result.metric_type, f"{result.metric_value:.4f}"] for result in results]
         sections.append(
-            f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, training and evaluation took "
-            f"{float(record['wall_time_s']):.0f} s).\n\n" + _table(["metric", "value"], metric_rows)
+            f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, wall time of training and evaluation "
+            f"{_wall_time(record)}).\n\n" + _table(["metric", "value"], metric_rows)
         )
     sections.append(
         "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "

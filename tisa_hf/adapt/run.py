@@ -341,9 +341,12 @@ def run(
     eval_loaders = dict(zip(eval_loaders, loaders[len(stages) :], strict=True))
     init_trackers(accelerator, "adapt", config)
     evaluate = evaluation_callback(accelerator, objective, eval_loaders)
-    state = fit(accelerator, objective, optimizer, scheduler, stages, evaluate, args, resume_from=plan.run.resume_from)
+    state = fit(
+        accelerator, objective, optimizer, scheduler, stages, evaluate, args,
+        resume_from=plan.run.resume_from, started=started,
+    )  # fmt: skip
 
-    record = run_record("adapt", model_args, tisa_args, args, state, accelerator, started, config)
+    record = run_record("adapt", model_args, tisa_args, args, state, accelerator, config)
     record["tisa"] = plan.tisa.to_dict() if plan.tisa else None
     record["adaptation"] = adaptation_record(plan, adapt_args, args.train_batch_size)
     finish_run(accelerator, accelerator.unwrap_model(objective).model, plan.tokenizer, args, record)

@@ -123,10 +123,11 @@ def run(
     init_trackers(accelerator, "glue", config)
     evaluate = GlueEvaluator(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
     state = fit(
-        accelerator, model, optimizer, scheduler, train_loader, evaluate, args, task.main_score, plan.resume_from
-    )
+        accelerator, model, optimizer, scheduler, train_loader, evaluate, args, task.main_score,
+        resume_from=plan.resume_from, started=started,
+    )  # fmt: skip
 
-    record = run_record(task.name, model_args, tisa_args, args, state, accelerator, started, config, steps_per_epoch)
+    record = run_record(task.name, model_args, tisa_args, args, state, accelerator, config, steps_per_epoch)
     predictions = RunPredictions(task.name, state.model_step, evaluate.outputs)
     finish_run(accelerator, model, tokenizer, args, record, {PREDICTIONS_FILE: predictions.to_json()})
     return record

@@ -9,7 +9,6 @@ import json
 import platform
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,12 +131,12 @@ def run_record(
     args: TrainingArguments,
     state: TrainerState,
     accelerator: Accelerator,
-    started: float,
     config: dict[str, Any],
     steps_per_epoch: int | None = None,  # None: adaptation, whose stages differ in length
 ) -> dict[str, Any]:
     """What metrics.json holds: settings, seed, versions, every evaluation, the saved model's evaluation as
-    `metrics` (the last one, or with --load_best_model_at_end the one of `best_step`), steps, wall time."""
+    `metrics` (the last one, or with --load_best_model_at_end the one of `best_step`), steps, and the wall time
+    over every process that worked on the run (`TrainerState.wall_time_s`; None when unknown)."""
     tisa = tisa_args.tisa_config()
     return {
         "task": task,
@@ -150,7 +149,7 @@ def run_record(
         "steps": state.step,
         "steps_per_epoch": steps_per_epoch,
         "num_processes": accelerator.num_processes,
-        "wall_time_s": time.perf_counter() - started,
+        "wall_time_s": state.wall_time_s(),
         "versions": versions(),
         "config": config,
     }
@@ -209,6 +208,11 @@ def command_main(
         gc.collect()
         PartialState().destroy_process_group()
     output_dir = next(value.output_dir for value in parsed if isinstance(value, TrainingArguments))
-    summary = {"output_dir": output_dir, "metrics": record["metrics"], "wall_time_s": round(record["wall_time_s"], 1)}
+    wall_time = record["wall_time_s"]
+    summary = {
+        "output_dir": output_dir,
+        "metrics": record["metrics"],
+        "wall_time_s": None if wall_time is None else round(wall_time, 1),
+    }
     print(json.dumps(summary))
     return 0

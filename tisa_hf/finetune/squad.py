@@ -91,11 +91,12 @@ def run(
     )
     init_trackers(accelerator, task_name(squad_args), config)
     evaluate = evaluation_callback(accelerator, model, eval_loader, compute_metrics)
-    state = fit(accelerator, model, optimizer, scheduler, train_loader, evaluate, args, main_score, plan.resume_from)
+    state = fit(
+        accelerator, model, optimizer, scheduler, train_loader, evaluate, args, main_score,
+        resume_from=plan.resume_from, started=started,
+    )  # fmt: skip
 
-    record = run_record(
-        task_name(squad_args), model_args, tisa_args, args, state, accelerator, started, config, steps_per_epoch
-    )
+    record = run_record(task_name(squad_args), model_args, tisa_args, args, state, accelerator, config, steps_per_epoch)
     finish_run(accelerator, model, tokenizer, args, record)
     return record
 

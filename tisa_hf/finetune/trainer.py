@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,21 +48,39 @@ Score = Callable[[dict[str, Any]], float]  # an evaluation's metrics -> the numb
 @dataclass
 class TrainerState:
     """What a checkpoint needs beyond Accelerate's state: the step reached, the evaluations so far and the best
-    one (with --load_best_model_at_end). `metrics` is the evaluation of the model `fit` returns; not checkpointed."""
+    one (with --load_best_model_at_end), and the run's wall time. `metrics` is the evaluation of the model `fit`
+    returns, `started` the `time.perf_counter()` at which this process began the run; neither is checkpointed.
+    `earlier_wall_time_s` is the wall time of the run's earlier processes up to the checkpoint this one resumed
+    from (None when that checkpoint predates the record, so the run's wall time is unknown)."""
 
     step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     best_step: int | None = None
     best_score: float | None = None
+    earlier_wall_time_s: float | None = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def model_step(self) -> int:
         """The step whose weights `fit` returns."""
         return self.step if self.best_step is None else self.best_step
 
+    def wall_time_s(self) -> float | None:
+        """The run's wall time so far, over every process that worked on it: what an interruption lost after the
+        last checkpoint is not counted, so a resumed run reports what an uninterrupted one would have taken."""
+        if self.earlier_wall_time_s is None:
+            return None
+        return self.earlier_wall_time_s + time.perf_counter() - self.started
+
     def checkpoint_fields(self) -> dict[str, Any]:
-        return {"step": self.step, "history": self.history, "best_step": self.best_step, "best_score": self.best_score}
+        return {
+            "step": self.step,
+            "history": self.history,
+            "best_step": self.best_step,
+            "best_score": self.best_score,
+            "wall_time_s": self.wall_time_s(),
+        }
 
 
 def optimizer_steps_per_epoch(num_batches: int, accumulation: int) -> int:
@@ -198,7 +217,13 @@ def check_rng_state(checkpoint: Path, num_processes: int, allow_unreadable: bool
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> TrainerState:
     accelerator.load_state(str(checkpoint))
     saved = json.loads((checkpoint / TRAINER_STATE).read_text())
-    return TrainerState(**{name: saved.get(name) for name in TrainerState().checkpoint_fields()})
+    return TrainerState(
+        step=saved["step"],
+        history=saved["history"],
+        best_step=saved["best_step"],
+        best_score=saved["best_score"],
+        earlier_wall_time_s=saved.get("wall_time_s"),  # absent from checkpoints written before it was recorded
+    )
 
 
 def best_model_dir(output_dir: str | Path, step: int) -> Path:
@@ -281,12 +306,14 @@ def fit(
     args: TrainingArguments,
     score: Score | None = None,
     resume_from: Path | None = None,
+    started: float | None = None,
 ) -> TrainerState:
     """Trains prepared objects for `args.max_steps` optimizer steps (resolved by `resolve_schedule`), from the
     checkpoint `resume_from` when given (`plan_run` finds it). `model(**batch).loss` is the loss minimised.
 
     `train_data` is one data loader for all steps, or stages whose steps add up to `args.max_steps`; the
-    learning-rate schedule runs over all of them.
+    learning-rate schedule runs over all of them. `started` is the `time.perf_counter()` at which this process
+    began the run (loading included), for the wall time the state keeps; by default, the call of `fit`.
 
     Returns the final state: its history ends with the final evaluation. The model is left holding the run's
     result, the final weights or, with `args.load_best_model_at_end`, those of the evaluation with the highest
@@ -304,6 +331,8 @@ def fit(
     if resume_from is not None:
         state = load_checkpoint(accelerator, resume_from)
         logger.info("Resumed from %s", resume_from)
+    if started is not None:
+        state.started = started
     if accelerator.is_main_process:
         prune_best_models(args.output_dir, keep={state.best_step})  # best models of a lost (or another) run
     accumulation = args.gradient_accumulation_steps
