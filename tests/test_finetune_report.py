@@ -224,3 +224,17 @@ def test_settings_older_runs_lack_or_that_act_through_the_step_counts_do_not_spl
     write_full_run(paired_runs, "rte/base/seed-4", "rte", None, 4, right_share(labels, 0.7, rng), newer)
     variants = {run["variant"] for run in collect(paired_runs) if run["task"] == "rte" and not run["tisa"]}
     assert variants == {"baseline"}
+
+
+def test_the_report_names_the_machines_and_warns_when_devices_mix(runs, capsys):
+    cpu = {"device": "cpu", "gpu": None, "processor": "AMD EPYC", "cpu_count": 2, "torch_threads": 2}
+    gpu = {"device": "cuda", "gpu": "NVIDIA H200", "processor": "Intel Xeon", "cpu_count": 16, "torch_threads": 16}
+    for name, machine in (("rte/base/0", cpu), ("rte/base/1", cpu), ("rte/s5/0", gpu)):
+        path = runs / name / "metrics.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "machine": machine}))
+    assert main([str(runs)]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == (
+        "Machines: 6 run(s) with no machine recorded; 2 run(s) on cpu (AMD EPYC, 2 cores, 2 torch threads); "
+        "1 run(s) on cuda (NVIDIA H200). The runs mix devices (cpu, cuda): report each device's runs in a table of "
+        "its own."
+    )

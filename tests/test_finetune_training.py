@@ -4,6 +4,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import accelerate
 import numpy as np
 import pytest
 import torch
@@ -13,6 +14,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
 from tests.finetune_fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
+from tisa_hf.environment import processor_name
 from tisa_hf.finetune import glue, trainer
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
 from tisa_hf.finetune.glue import main, run
@@ -69,6 +71,14 @@ def test_run_writes_model_metrics_and_config(workspace, tmp_path):
     assert metrics["tisa"] == tisa_hf.TisaConfig(num_kernels=2, init="random").to_dict()
     assert metrics["seed"] == 1 and metrics["steps"] == 12 and metrics["wall_time_s"] > 0
     assert set(metrics["versions"]) >= {"tisa_hf", "torch", "transformers", "accelerate", "datasets"}
+    assert metrics["versions"]["accelerate"] == accelerate.__version__
+    assert metrics["machine"] == {
+        "device": "cpu",
+        "gpu": None,
+        "processor": processor_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     assert metrics["metrics"]["validation"]["accuracy"] == pytest.approx(dev_accuracy(output, workspace))
     assert metrics["best_step"] is None and metrics["steps_per_epoch"] == 8  # 64 examples in batches of 8
     predictions = read_predictions(output)  # plain JSON

@@ -241,3 +241,12 @@ def test_push_checks_what_it_can_before_building_the_card(run_dir, monkeypatch, 
     )
     assert hub.main([str(run_dir), "some one/x"]) == 2
     assert capsys.readouterr().err.startswith("tisa-hf push: 'some one/x' is not a Hub repository id (")
+
+
+def test_card_names_the_machine_the_run_recorded(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    record = json.loads((run / "metrics.json").read_text())
+    machine = {"device": "cuda", "gpu": "NVIDIA H200", "processor": "Intel Xeon", "cpu_count": 16, "torch_threads": 16}
+    (run / "metrics.json").write_text(json.dumps({**record, "machine": machine}))
+    text = hub.build_model_card(run).text
+    assert "(seed 13, wall time of training and evaluation 123 s on cuda (NVIDIA H200))." in text

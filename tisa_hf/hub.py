@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from .config_types import plain_model_config
 from .counting import PositionalParameterCount, count_positional_parameters
+from .environment import describe_machine
 from .finetune.run_folder import METRICS_FILE
 from .hub_access import LOADING_ERRORS, describe_error
 from .packaged import MINILM_ALIAS, MINILM_HUB_ID
@@ -202,10 +203,11 @@ def adaptation_section(record: dict[str, Any]) -> str:
 
 
 def _wall_time(record: dict[str, Any]) -> str:
-    """The run's wall time over all its processes; unknown for a run resumed from a checkpoint written before
-    checkpoints recorded it."""
+    """The run's wall time over all its processes, and the machine where the record names it; unknown for a run
+    resumed from a checkpoint written before checkpoints recorded it."""
     seconds = record["wall_time_s"]
-    return "unknown" if seconds is None else f"{float(seconds):.0f} s"
+    text = "unknown" if seconds is None else f"{float(seconds):.0f} s"
+    return f"{text} {describe_machine(record['machine'])}" if record.get("machine") else text
 
 
 def _auto_class_name(architecture: str) -> str:

@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
-from ..finetune.runs import versions
+from ..environment import machine, versions
 from ..packaged import resolve_model
 from ..parsers import lm_eval_parser
 from .checkpoints import CheckpointFacts
@@ -250,6 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "models": evaluate(setup, args.batch_tokens, device),
         "versions": versions(),
+        "machine": machine(device),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import platform
-
-import numpy as np
-import torch
-import transformers
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .. import __version__
 from ..adapters import base_model_type, find_base_model
 from ..hub_access import LOADING_ERRORS, describe_error, loading_errors, model_remedy, model_source
 from ..names import plain_implementation
@@ -57,14 +51,4 @@ def model_facts(model: PreTrainedModel, model_id: str) -> dict:
         "hidden_size": model.config.hidden_size,
         "position_table_length": position_table_length(base, adapter),
         "tisa": config.to_dict() if config is not None else None,
-    }
-
-
-def versions() -> dict[str, str]:
-    return {
-        "tisa_hf": __version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
     }

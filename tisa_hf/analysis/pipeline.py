@@ -9,6 +9,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..environment import versions
 from .embeddings import (
     VARIANCE_LEVELS,
     AmplitudeSpectrum,
@@ -20,7 +21,7 @@ from .embeddings import (
     position_table,
 )
 from .indicators import LOCAL_OFFSETS
-from .loading import model_facts, versions
+from .loading import model_facts
 from .positional_attention import ProfileAnalysis, analyze_profiles
 from .probing import DEFAULT_TEXTS, ProbingResult, head_directions, probe_identical_words, trace_vectors
 from .scoring import ScoringComparison, compare_scoring_to_profiles

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..environment import describe_machine
 from ..parsers import report_parser
 from .glue_data import TASKS
 from .metrics import glue_metric
@@ -186,6 +187,17 @@ def render(table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT
     return "\n\n".join(blocks) + "\n\n" + note + "\n"
 
 
+def machines_note(results: list[dict[str, Any]]) -> str:
+    """Which machines made the runs (wall times compare only within one), and a warning when the runs mix devices,
+    whose scores differ by more than float tolerance."""
+    counts = Counter(describe_machine(result.get("machine")) for result in results)
+    line = "Machines: " + "; ".join(f"{count} run(s) {description}" for description, count in counts.items()) + "."
+    devices = sorted({result["machine"]["device"] for result in results if result.get("machine")})
+    if len(devices) > 1:
+        line += f" The runs mix devices ({', '.join(devices)}): report each device's runs in a table of its own."
+    return line + "\n"
+
+
 def _paired_runs(results: list[dict[str, Any]], baseline: str) -> dict[tuple[str, str, str], dict[int, dict[str, Any]]]:
     """{(model, task, variant): {seed: run}}, refusing runs without a seed, duplicate seeds and a missing baseline."""
     runs: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
@@ -324,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         columns = parse_metric_overrides(options.metric)
         results = collect(options.runs_dir, options.mode)
-        text = render(score_table(results, columns), columns, spread=options.spread)
+        text = render(score_table(results, columns), columns, spread=options.spread) + machines_note(results)
         document: dict[str, Any] = {"runs": results}
         if options.paired:
             entries = paired_differences(results, options.paired, columns, options.bootstrap, options.bootstrap_seed)

@@ -6,24 +6,20 @@ from __future__ import annotations
 
 import gc
 import json
-import platform
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import accelerate
-import datasets
 import torch
-import transformers
 import yaml
 from accelerate import Accelerator, PartialState
 from accelerate.utils import set_seed
 from transformers import AutoTokenizer
 
-from .. import __version__
 from ..cli import configure_logging
+from ..environment import machine, versions
 from ..hub import UploadError, push_run
 from ..hub_access import loading_errors, model_remedy
 from .arguments import (
@@ -56,17 +52,6 @@ def load_model_and_tokenizer(auto_class: type, plan: RunPlan, tisa_args: TisaArg
     with loading_errors(f"the model {plan.model.path}", model_remedy()):
         model = auto_class.from_pretrained(plan.model.path, local_files_only=plan.model.local_files_only, **config)
     return model, tokenizer
-
-
-def versions() -> dict[str, str]:
-    return {
-        "tisa_hf": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
-        "datasets": datasets.__version__,
-    }
 
 
 def start_run(args: TrainingArguments, plan: RunPlan) -> tuple[Accelerator, int]:
@@ -134,7 +119,7 @@ def run_record(
     config: dict[str, Any],
     steps_per_epoch: int | None = None,  # None: adaptation, whose stages differ in length
 ) -> dict[str, Any]:
-    """What metrics.json holds: settings, seed, versions, every evaluation, the saved model's evaluation as
+    """What metrics.json holds: settings, seed, versions, the machine, every evaluation, the saved model's evaluation as
     `metrics` (the last one, or with --load_best_model_at_end the one of `best_step`), steps, and the wall time
     over every process that worked on the run (`TrainerState.wall_time_s`; None when unknown)."""
     tisa = tisa_args.tisa_config()
@@ -151,6 +136,7 @@ def run_record(
         "num_processes": accelerator.num_processes,
         "wall_time_s": state.wall_time_s(),
         "versions": versions(),
+        "machine": machine(accelerator.device),
         "config": config,
     }
 
