@@ -179,6 +179,29 @@ def test_patched_sdpa_training_matches_eager_with_padding(monkeypatch):
         torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("frozen_encoder", [True, False])
+def test_sdpa_route_keeps_backward_state_when_only_the_kernels_train(monkeypatch, frozen_encoder):
+    """The route CUDA takes (no fused CPU bias path): with the encoder frozen the first layer's query, key and value
+    require no gradient, so the query handed to SDPA is a leaf that requires one, so that fused kernels keep their
+    log-sum-exp; later layers' inputs already depend on the bias. Otherwise it is always the model's query."""
+    monkeypatch.setattr(attention, "takes_fused_bias_path", lambda *args: False)
+    spy = Spy(sdpa_attention_forward)
+    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    grads = {}
+    for implementation in ("sdpa", "eager"):
+        model = tiny_bert(implementation)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(name.startswith("tisa.") or not frozen_encoder)
+        model(**padded_batch(12)).last_hidden_state.square().sum().backward()
+        grads[implementation] = (model.tisa.amplitude.grad, model.tisa.sharpness.grad, model.tisa.center.grad)
+    queries = [args[1] for args, _ in spy.calls]
+    assert len(queries) == 2
+    assert all(query.requires_grad for query in queries)
+    assert [query.is_leaf for query in queries] == [frozen_encoder, False]
+    for sdpa_grad, eager_grad in zip(grads["sdpa"], grads["eager"], strict=True):
+        torch.testing.assert_close(sdpa_grad, eager_grad, rtol=1e-4, atol=1e-6)
+
+
 def test_bias_is_broadcast_over_the_batch_without_padding(monkeypatch):
     spy = Spy(sdpa_attention_forward)
     monkeypatch.setattr(attention, "sdpa_attention_forward", spy)

@@ -8,10 +8,11 @@ from tisa_hf.finetune.predictions import PREDICTIONS_FILE, RunPredictions, Split
 from tisa_hf.finetune.report import collect, gains, main, render, score_table
 
 
-def write_run(root, name, task, tisa, metrics, model="albert-base-v2"):
+def write_run(root, name, task, tisa, metrics, model="albert-base-v2", seed=None):
     folder = root / name
     folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text(json.dumps({"task": task, "model": model, "tisa": tisa, "metrics": metrics}))
+    record = {"task": task, "model": model, "tisa": tisa, "metrics": metrics}
+    (folder / "metrics.json").write_text(json.dumps(record if seed is None else {**record, "seed": seed}))
 
 
 def tisa(kernels, mode="add"):
@@ -90,6 +91,17 @@ def test_mode_keeps_the_baseline_and_that_mode(runs, capsys):
     assert main([str(runs), "--mode", "add"]) == 0
     rows = [line.split(" |")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[1:] == ["| baseline", "| TISA S=1 (add)", "| TISA S=5 (add)", "| Δ", "| Δ%"]
+
+
+def test_seeds_keep_only_those_runs(tmp_path, capsys):
+    for seed, value in ((1, 0.70), (2, 0.60)):
+        write_run(tmp_path, f"rte/base/{seed}", "rte", None, {"validation": {"accuracy": value}}, seed=seed)
+    assert main([str(tmp_path), "--seeds", "2"]) == 0
+    assert "| baseline | 60.0 (1) |" in capsys.readouterr().out
+    assert main([str(tmp_path), "--seeds", "3", "4"]) == 2
+    assert capsys.readouterr().err == (
+        f"tisa-hf report: No run of seed(s) 3, 4 under {tmp_path}; its runs have seed(s) 1, 2.\n"
+    )
 
 
 def test_no_runs_is_an_error(tmp_path, capsys):

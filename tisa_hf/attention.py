@@ -14,7 +14,8 @@ encoder's kernel module and hands the logits' bias to the plain backend:
   CPU kernel that returns a mask gradient: `TrainableBiasAttention` runs the fused kernel forward with the bias as
   a constant mask and recomputes the probabilities from the saved log-sum-exp in its backward. Long inputs without
   gradients run blockwise over query rows from the bias's 2n-1 offset values (`ToeplitzBias`), never storing the
-  (H, n, n) bias. CUDA needs neither: its memory-efficient kernel already returns the bias gradient.
+  (H, n, n) bias. CUDA needs neither: its memory-efficient kernel already returns the bias gradient, once it is
+  told to keep its backward state where only the bias requires a gradient (`query_for_bias_only_backward`).
 - `tisa_flex_attention`: the bias as flex attention's `position_bias` score modification.
 """
 
@@ -142,9 +143,25 @@ def tisa_sdpa_attention_forward(
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         output = TrainableBiasAttention.apply(query, key, value, mask, scale)
         return output.transpose(1, 2).contiguous(), None
+    query = query_for_bias_only_backward(query, key, value, mask)
     return sdpa_attention_forward(
         module, query, key, value, mask, dropout=dropout, scaling=scaling, is_causal=False, **kwargs
     )
+
+
+def query_for_bias_only_backward(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """The query, made to require a gradient where only the bias does (kernels trained on a frozen encoder).
+
+    PyTorch's fused SDPA kernels decide from the query, key and value alone whether to keep the log-sum-exp their
+    backward needs; with only the mask requiring a gradient, CUDA's memory-efficient backward then fails with
+    "LSE is not correctly aligned (strideH)". A detached query that requires a gradient makes them keep it: the
+    values are unchanged and its gradient goes nowhere, since nothing before it requires one.
+    """
+    if mask.requires_grad and torch.is_grad_enabled() and not any(t.requires_grad for t in (query, key, value)):
+        return query.detach().requires_grad_()
+    return query
 
 
 def tisa_flex_attention_forward(

@@ -87,6 +87,9 @@ def report_parser() -> argparse.ArgumentParser:
         "--mode", choices=("add", "replace"), help="Only the baselines and the TISA runs of this mode (table 3a / 3b)."
     )
     parser.add_argument(
+        "--seeds", nargs="+", type=int, help="Only runs of these seeds: the balanced part of a grid still running."
+    )
+    parser.add_argument(
         "--paired",
         metavar="VARIANT",
         help="Also the paired difference of every other variant to VARIANT (a row name, e.g. baseline), with a 95%% "

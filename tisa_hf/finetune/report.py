@@ -15,6 +15,7 @@ import json
 import statistics
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +114,23 @@ def label_variants(results: list[dict[str, Any]]) -> None:
             result["variant"] = f"{label} ({shown})" if differing else label
 
 
-def collect(runs_dir: str | Path, mode: str | None = None) -> list[dict[str, Any]]:
+def collect(runs_dir: str | Path, mode: str | None = None, seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Every run's metrics.json under `runs_dir`, with its folder (`run_dir`) and `variant` (`label_variants`);
-    with `mode`, only the baselines and the TISA runs of that mode."""
+    with `mode`, only the baselines and the TISA runs of that mode; with `seeds`, only runs of those seeds (the
+    balanced part of a grid that is still running)."""
     paths = sorted(Path(runs_dir).rglob("metrics.json"))
     if not paths:
         raise ValueError(f"No metrics.json under {runs_dir}; point report at the folder holding the runs.")
     results = [{**json.loads(path.read_text()), "run_dir": str(path.parent)} for path in paths]
     results = [result for result in results if mode is None or not result["tisa"] or result["tisa"]["mode"] == mode]
+    if seeds is not None:
+        found = sorted({result["seed"] for result in results if result.get("seed") is not None})
+        results = [result for result in results if result.get("seed") in seeds]
+        if not results:
+            raise ValueError(
+                f"No run of seed(s) {', '.join(map(str, seeds))} under {runs_dir}; "
+                f"its runs have seed(s) {', '.join(map(str, found)) or 'none recorded'}."
+            )
     label_variants(results)
     return results
 
@@ -335,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     options = report_parser().parse_args(argv)
     try:
         columns = parse_metric_overrides(options.metric)
-        results = collect(options.runs_dir, options.mode)
+        results = collect(options.runs_dir, options.mode, options.seeds)
         text = render(score_table(results, columns), columns, spread=options.spread) + machines_note(results)
         document: dict[str, Any] = {"runs": results}
         if options.paired:
