@@ -59,6 +59,28 @@ def test_seeds_are_the_outer_loop(tmp_path):
     assert runs == [(seed, task, variant) for seed in (1, 2, 3) for task, variant in cells]
 
 
+def test_tasks_and_seeds_select_a_part_of_the_grid_in_its_order(tmp_path):
+    sweep = write_sweep(tmp_path, tasks=["rte", "mrpc", "cola"], seeds=[1, 2, 3])
+    for task in ("mrpc", "cola"):
+        (tmp_path / "glue" / f"{task}.yaml").write_text(f"task: {task}\n")
+    runs = [(run.seed, run.task, run.variant) for run in plan(sweep, tasks=["cola", "rte"], seeds=[3, 1])]
+    cells = [(task, variant) for task in ("rte", "cola") for variant in ("baseline", "s3-replace")]
+    assert runs == [(seed, task, variant) for seed in (1, 3) for task, variant in cells]
+    assert {run.output_dir for run in plan(sweep, seeds=[2])} == {
+        tmp_path / "runs" / task / variant / "seed-2"
+        for task in ("rte", "mrpc", "cola")
+        for variant in ("baseline", "s3-replace")
+    }
+
+
+def test_tasks_and_seeds_outside_the_grid_are_refused(tmp_path, capsys):
+    sweep = write_sweep(tmp_path)
+    assert main(["--config", str(sweep), "--tasks", "rte", "sst2"]) == 2
+    assert capsys.readouterr().err == (f"tisa-hf sweep: Sweep file {sweep}: --tasks sst2 not among its tasks (rte).\n")
+    assert main(["--config", str(sweep), "--seeds", "1", "7", "8"]) == 2
+    assert capsys.readouterr().err == f"tisa-hf sweep: Sweep file {sweep}: --seeds 7, 8 not among its seeds (1, 2).\n"
+
+
 def test_missing_task_config_is_refused_before_any_run(tmp_path):
     sweep = write_sweep(tmp_path, tasks=["rte", "cola"])
     with pytest.raises(ValueError, match=rf"no task config {tmp_path / 'glue' / 'cola.yaml'} \(set config_dir\)"):

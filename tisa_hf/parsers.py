@@ -72,6 +72,10 @@ def sweep_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", required=True, help="Sweep YAML file.")
     parser.add_argument("--dry-run", action="store_true", help="Print the runs and their status, run nothing.")
+    parser.add_argument(
+        "--tasks", nargs="+", help="Only these of the file's tasks (to split one grid across processes or GPUs)."
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, help="Only these of the file's seeds.")
     return parser
 
 

@@ -15,6 +15,9 @@ reported as a run of the new settings. Sweep file keys:
     variants: {baseline: {}, s5-add: {tisa: {num_kernels: 5, mode: add}}}
     settings: {data_dir: path/to/glue}   # optional, for every run
     launcher: accelerate launch --num_processes 8   # optional; default: this Python
+
+`--tasks` and `--seeds` run a part of the grid, in the same order and into the same folders: several processes
+sharing one GPU, or several machines, each take a part (`tisa-hf sweep --config S.yaml --seeds 1 --tasks cola &`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,18 +81,27 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     return sweep
 
 
-def plan(sweep_path: str | Path) -> list[PlannedRun]:
-    """Every run of the grid, seed by seed (then task, then variant), with its command line and whether it is
-    done, to resume, or new."""
+def plan(
+    sweep_path: str | Path, tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None
+) -> list[PlannedRun]:
+    """Every run of the grid (or of its `tasks` and `seeds`), seed by seed (then task, then variant), with its
+    command line and whether it is done, to resume, or new."""
     sweep = load_sweep(sweep_path)
+    for name, chosen in (("tasks", tasks), ("seeds", seeds)):
+        unknown = [str(value) for value in chosen or () if value not in sweep[name]]
+        if unknown:
+            raise ValueError(
+                f"Sweep file {sweep_path}: --{name} {', '.join(unknown)} not among its {name} "
+                f"({', '.join(map(str, sweep[name]))})."
+            )
     config_dir = (Path(sweep_path).parent / sweep.get("config_dir", "../glue")).resolve()
     launcher = shlex.split(sweep["launcher"]) if sweep.get("launcher") else [sys.executable]
-    task_configs = {task: config_dir / f"{task}.yaml" for task in sweep["tasks"]}
+    task_configs = {task: config_dir / f"{task}.yaml" for task in sweep["tasks"] if tasks is None or task in tasks}
     for task_config in task_configs.values():
         if not task_config.is_file():
             raise ValueError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
     runs, conflicts = [], []
-    for seed in sweep["seeds"]:
+    for seed in (seed for seed in sweep["seeds"] if seeds is None or seed in seeds):
         for task, task_config in task_configs.items():
             for variant, variant_settings in sweep["variants"].items():
                 output_dir = Path(sweep["output_dir"], task, variant, f"seed-{seed}")
@@ -130,7 +143,7 @@ def finished_changes(output_dir: Path, flags: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     options = sweep_parser().parse_args(argv)
     try:
-        runs = plan(options.config)
+        runs = plan(options.config, options.tasks, options.seeds)
     except ValueError as error:
         print(f"tisa-hf sweep: {error}", file=sys.stderr)
         return 2
