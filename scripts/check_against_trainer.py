@@ -34,13 +34,13 @@ from torch import nn
 from transformers import DataCollatorWithPadding, Trainer, set_seed
 
 import tisa_hf
+from tisa_hf.environment import versions
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments, resolved_config
 from tisa_hf.finetune.glue import load_model, load_task_data, tokenize
 from tisa_hf.finetune.glue_data import get_task
 from tisa_hf.finetune.metrics import glue_metrics
 from tisa_hf.finetune.plan import RunPlan, model_sources
 from tisa_hf.finetune.run_folder import RESUME_SAFE_SETTINGS, latest_checkpoint
-from tisa_hf.finetune.runs import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -39,6 +40,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from .config import TisaConfig
+from .environment import machine
 from .kernels import TisaPositionBias, kernel_values
 from .parsers import bench_parser
 from .patching import patch
@@ -322,17 +324,9 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def machine_description(device: torch.device) -> dict[str, str | int]:
-    description = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "device": str(device),
-    }
-    if device.type == "cuda":
-        description["gpu"] = torch.cuda.get_device_name(device)
-    return description
+def machine_description(device: torch.device) -> dict[str, Any]:
+    """The machine as runs record it (`environment.machine`), with the platform and torch's version."""
+    return {"platform": platform.platform(), "torch": torch.__version__, **machine(device)}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
