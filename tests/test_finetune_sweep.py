@@ -131,3 +131,32 @@ def test_a_finished_run_made_with_other_settings_stops_the_sweep_before_any_run(
     assert str(error.value) == message
     assert main(["--config", str(sweep)]) == 2
     assert json.loads((finished / "metrics.json").read_text()) == {"config": recorded}
+
+
+def test_per_task_settings_override_a_variants_settings_for_their_task_only(tmp_path):
+    """A control tuned on its own learning-rate grid: its rate differs on some tasks."""
+    s0 = {
+        "tisa": {"num_kernels": 0, "mode": "replace"},
+        "learning_rate": 3e-5,
+        "per_task": {"cola": {"learning_rate": 1e-4, "tisa": {"mode": "add"}}},
+    }
+    sweep = write_sweep(tmp_path, tasks=["rte", "cola"], seeds=[1], variants={"s0": s0})
+    (tmp_path / "glue" / "cola.yaml").write_text("task: cola\n")
+    rte, cola = plan(sweep)
+    assert rte.command[rte.command.index("--tisa.num_kernels") :] == [
+        *("--tisa.num_kernels", "0", "--tisa.mode", "replace", "--learning_rate", "3e-05"),
+        *("--seed", "1", "--output_dir", str(tmp_path / "runs/rte/s0/seed-1")),
+    ]
+    assert cola.command[cola.command.index("--tisa.num_kernels") :] == [
+        *("--tisa.num_kernels", "0", "--tisa.mode", "add", "--learning_rate", "0.0001"),
+        *("--seed", "1", "--output_dir", str(tmp_path / "runs/cola/s0/seed-1")),
+    ]
+
+
+def test_per_task_settings_for_a_task_outside_the_grid_are_refused(tmp_path):
+    variants = {"s0": {"per_task": {"cola": {"learning_rate": 1e-4}, "qnli": {}}}}
+    sweep = write_sweep(tmp_path, variants=variants)
+    message = f"Sweep file {sweep}: variant s0 has per_task settings for cola, qnli, not among its tasks (rte)."
+    with pytest.raises(ValueError) as error:
+        plan(sweep)
+    assert str(error.value) == message

@@ -13,6 +13,8 @@ reported as a run of the new settings. Sweep file keys:
     tasks: [rte, mrpc]
     seeds: [1, 2, 3, 4, 5]
     variants: {baseline: {}, s5-add: {tisa: {num_kernels: 5, mode: add}}}
+    # a variant's settings for some tasks only (a control tuned on its own learning-rate grid):
+    #   s0: {tisa: {num_kernels: 0, mode: replace}, per_task: {cola: {learning_rate: 1.0e-4}}}
     settings: {data_dir: path/to/glue}   # optional, for every run
     launcher: accelerate launch --num_processes 8   # optional; default: this Python
 
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 REQUIRED_KEYS = ("model", "output_dir", "tasks", "seeds", "variants")
 OPTIONAL_KEYS = ("config_dir", "settings", "launcher")
+PER_TASK_KEY = "per_task"
 
 
 @dataclass(frozen=True)
@@ -54,15 +57,20 @@ class PlannedRun:
     status: str  # "done", "resume" or "new"
 
 
-def settings_to_flags(settings: dict[str, Any]) -> list[str]:
-    """{"lr": 1e-5, "tisa": {"num_kernels": 3}} -> ["--lr", "1e-05", "--tisa.num_kernels", "3"]."""
-    flags = []
+def flatten(settings: dict[str, Any]) -> dict[str, Any]:
+    """{"lr": 1e-5, "tisa": {"num_kernels": 3}} -> {"lr": 1e-5, "tisa.num_kernels": 3}."""
+    flat = {}
     for key, value in settings.items():
         if isinstance(value, dict):
-            flags += settings_to_flags({f"{key}.{inner}": inner_value for inner, inner_value in value.items()})
-        elif value is not None:
-            flags += [f"--{key}", str(value)]
-    return flags
+            flat.update(flatten({f"{key}.{inner}": inner_value for inner, inner_value in value.items()}))
+        else:
+            flat[key] = value
+    return flat
+
+
+def settings_to_flags(settings: dict[str, Any]) -> list[str]:
+    """{"lr": 1e-5, "tisa": {"num_kernels": 3}} -> ["--lr", "1e-05", "--tisa.num_kernels", "3"]."""
+    return [flag for key, value in flatten(settings).items() if value is not None for flag in (f"--{key}", str(value))]
 
 
 def load_sweep(path: str | Path) -> dict[str, Any]:
@@ -78,7 +86,21 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
             f"unknown key(s) {', '.join(unknown) or '-'}; "
             f"it takes {', '.join(REQUIRED_KEYS)} and optionally {', '.join(OPTIONAL_KEYS)}."
         )
+    for variant, variant_settings in sweep["variants"].items():
+        unknown_tasks = sorted(set((variant_settings or {}).get(PER_TASK_KEY) or {}) - set(sweep["tasks"]))
+        if unknown_tasks:
+            raise ValueError(
+                f"Sweep file {path}: variant {variant} has {PER_TASK_KEY} settings for {', '.join(unknown_tasks)}, "
+                f"not among its tasks ({', '.join(sweep['tasks'])})."
+            )
     return sweep
+
+
+def variant_flags(variant_settings: dict[str, Any] | None, task: str) -> list[str]:
+    """A variant's flags for `task`: its settings, then its `per_task` settings for that task (which win)."""
+    settings = dict(variant_settings or {})
+    task_settings = (settings.pop(PER_TASK_KEY, None) or {}).get(task) or {}
+    return settings_to_flags({**flatten(settings), **flatten(task_settings)})
 
 
 def plan(
@@ -114,7 +136,7 @@ def plan(
                 )
                 flags = ["--config", str(task_config)]
                 flags += settings_to_flags({"model": sweep["model"], **(sweep.get("settings") or {})})
-                flags += settings_to_flags(variant_settings or {})
+                flags += variant_flags(variant_settings, task)
                 flags += ["--seed", str(seed), "--output_dir", str(output_dir)]
                 changes = finished_changes(output_dir, flags) if status == "done" else []
                 if changes:
