@@ -177,7 +177,7 @@ def _cell(cell: dict[str, float | int], spread: bool) -> str:
 
 
 def render(table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT_COLUMNS, spread: bool = False) -> str:
-    blocks = []
+    blocks, any_gains = [], False
     for model, variants in table.items():
         used = [column for column, *_ in columns if any(column in cells for cells in variants.values())]
         lines = [f"### {model}", "", "| | " + " | ".join(used) + " |", "|---" * (len(used) + 1) + "|"]
@@ -186,14 +186,15 @@ def render(table: dict, columns: tuple[tuple[str, str, str, str], ...] = DEFAULT
             row = [_cell(cells[c], spread) if c in cells else "" for c in used]
             lines.append(f"| {label} | " + " | ".join(row) + " |")
         column_gains = [gains(variants, column) for column in used]
-        lines.append("| Δ | " + " | ".join(f"{g[0]:+.1f}" if g else "" for g in column_gains) + " |")
-        lines.append("| Δ% | " + " | ".join(f"{g[1]:+.1f}" if g else "" for g in column_gains) + " |")
+        if any(column_gains):  # a grid without a baseline or without TISA runs has no gains to show
+            any_gains = True
+            lines.append("| Δ | " + " | ".join(f"{g[0]:+.1f}" if g else "" for g in column_gains) + " |")
+            lines.append("| Δ% | " + " | ".join(f"{g[1]:+.1f}" if g else "" for g in column_gains) + " |")
         blocks.append("\n".join(lines))
-    note = (
-        f"Cells: median dev score over seeds{' [min, max]' if spread else ''} (number of seeds). "
-        "Δ: best TISA minus baseline, in points. "
-        "Δ%: relative error reduction, Δ / (100 - baseline) x 100."
-    )
+    note = f"Cells: median dev score over seeds{' [min, max]' if spread else ''} (number of seeds)."
+    if any_gains:
+        note += " Δ: best TISA minus baseline, in points. Δ%: relative error reduction, Δ / (100 - baseline) x 100."
+
     return "\n\n".join(blocks) + "\n\n" + note + "\n"
 
 
