@@ -103,6 +103,7 @@ def test_numbers_at_four_times_the_table_match_a_direct_computation(models, tmp_
     record = evaluate(models, tmp_path / "out", student, teacher, f"interp:{teacher}")
     assert record["lengths"] == LENGTHS and record["teacher_table_length"] == TABLE
     assert set(record["blocks"]) == {"8", "16", "64"} and record["blocks"]["8"] == 5
+    assert record["wall_time_s"] > 0 and record["machine"]["device"] == "cpu"
     student_model = AutoModelForMaskedLM.from_pretrained(student).eval()
     teacher_model = AutoModelForMaskedLM.from_pretrained(teacher).eval()
     measured = record["models"][student]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,7 @@ def plot_measures(record: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
     setup = prepare(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record = {
@@ -249,6 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mlm_probability": args.mlm_probability,
         "seed": args.seed,
         "models": evaluate(setup, args.batch_tokens, device),
+        "wall_time_s": round(time.perf_counter() - started, 1),  # from reading the text to the last number
         "versions": versions(),
         "machine": machine(device),
     }
