@@ -297,6 +297,8 @@ def test_adapted_model_loads_fine_tunes_and_has_a_card(workspace, tmp_path):
         )
     )
     assert glue["steps"] == 2
+    assert glue["tisa"] == record["tisa"]  # the checkpoint's TISA, though no --tisa flag was given
+    assert glue["adapted"] == {"from": str(workspace / "bert"), "objective": "distill", "train": "kernels"}
     assert tisa_hf.tisa_config_of(AutoModel.from_pretrained(tmp_path / "rte")).mode == "replace"
 
     text = hub.build_model_card(output, repo_id="someone/adapted").text

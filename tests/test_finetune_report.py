@@ -252,3 +252,21 @@ def test_the_report_names_the_machines_and_warns_when_devices_mix(runs, capsys):
         "1 run(s) on cuda (NVIDIA H200). The runs mix devices (cpu, cuda): report each device's runs in a table of "
         "its own."
     )
+
+
+def test_runs_from_an_adapted_checkpoint_join_the_table_of_the_model_it_came_from(tmp_path):
+    adapted = {"from": "minilm", "objective": "distill", "train": "all"}
+    for seed, (base, replace, tuned) in enumerate(((0.60, 0.55, 0.58), (0.70, 0.50, 0.66)), start=1):
+        write_run(tmp_path, f"rte/base/{seed}", "rte", None, {"validation": {"accuracy": base}}, "minilm", seed)
+        metrics = {"validation": {"accuracy": replace}}
+        write_run(tmp_path, f"rte/replace/{seed}", "rte", tisa(5, "replace"), metrics, "minilm", seed)
+        folder = tmp_path / f"rte/adapted/{seed}"
+        write_run(tmp_path, f"rte/adapted/{seed}", "rte", tisa(5, "replace"), {}, "runs/adapt/s5-all", seed)
+        record = json.loads((folder / "metrics.json").read_text())
+        record.update(metrics={"validation": {"accuracy": tuned}}, adapted=adapted)
+        (folder / "metrics.json").write_text(json.dumps(record))
+    table = score_table(collect(tmp_path))
+    assert list(table) == ["minilm"]  # not a table of its own under runs/adapt/s5-all
+    adapted_row = table["minilm"]["TISA S=5 (replace), adapted (distill, trained: all)"]
+    assert adapted_row["RTE"]["median"] == pytest.approx(62.0)
+    assert table["minilm"]["TISA S=5 (replace)"]["RTE"]["median"] == pytest.approx(52.5)

@@ -346,10 +346,10 @@ def run(
         resume_from=plan.run.resume_from, started=started,
     )  # fmt: skip
 
-    record = run_record("adapt", model_args, tisa_args, args, state, accelerator, config)
-    record["tisa"] = plan.tisa.to_dict() if plan.tisa else None
+    student = accelerator.unwrap_model(objective).model
+    record = run_record("adapt", plan.run, student, args, state, accelerator, config)
     record["adaptation"] = adaptation_record(plan, adapt_args, args.train_batch_size)
-    finish_run(accelerator, accelerator.unwrap_model(objective).model, plan.tokenizer, args, record)
+    finish_run(accelerator, student, plan.tokenizer, args, record)
     return record
 
 

@@ -71,12 +71,22 @@ RUN_PLUMBING = frozenset(
 )
 
 
-def variant_label(tisa: dict[str, Any] | None) -> str:
+def variant_label(tisa: dict[str, Any] | None, adapted: dict[str, Any] | None = None) -> str:
+    """The row of a run: its TISA settings, and for a checkpoint of `tisa-hf adapt` how it was adapted."""
     if not tisa:
-        return BASELINE
-    if tisa["num_kernels"] == 0:
-        return "S=0 (bag of words)" if tisa["mode"] == "replace" else "S=0 (add)"
-    return f"TISA S={tisa['num_kernels']} ({tisa['mode']})"
+        label = BASELINE
+    elif tisa["num_kernels"] == 0:
+        label = "S=0 (bag of words)" if tisa["mode"] == "replace" else "S=0 (add)"
+    else:
+        label = f"TISA S={tisa['num_kernels']} ({tisa['mode']})"
+    return f"{label}, adapted ({adapted['objective']}, trained: {adapted['train']})" if adapted else label
+
+
+def compared_model(result: dict[str, Any]) -> str:
+    """The model whose table a run belongs in: for a run fine-tuned from an adapted checkpoint, the model the
+    adaptation started from, so that it is compared (and paired) with that model's baseline."""
+    adapted = result.get("adapted")
+    return adapted["from"] if adapted else result["model"]
 
 
 def _variant_order(label: str) -> tuple:
@@ -99,7 +109,7 @@ def label_variants(results: list[dict[str, Any]]) -> None:
     settings are never pooled as seeds of one variant."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for result in results:
-        groups[(result["model"], variant_label(result["tisa"]))].append(result)
+        groups[(compared_model(result), variant_label(result["tisa"], result.get("adapted")))].append(result)
     for (_, label), group in groups.items():
         settings = [_defining_settings(result) for result in group]
         # Only settings every run records: one that older runs lack did not exist yet, so they ran its default.
@@ -144,7 +154,7 @@ def score_table(
         for column, task, split, metric in columns:
             value = result["metrics"].get(split, {}).get(metric) if result["task"] == task else None
             if value is not None:
-                scores[(result["model"], result["variant"], column)].append(100.0 * value)
+                scores[(compared_model(result), result["variant"], column)].append(100.0 * value)
     table: dict[str, dict[str, dict[str, dict[str, float | int]]]] = defaultdict(lambda: defaultdict(dict))
     for (model, variant, column), values in scores.items():
         table[model][variant][column] = {
@@ -215,7 +225,7 @@ def _paired_runs(results: list[dict[str, Any]], baseline: str) -> dict[tuple[str
     for result in results:
         if result.get("seed") is None:
             raise ValueError(f"{result['run_dir']}/metrics.json names no seed, so it cannot be paired; rerun it.")
-        seeds = runs[(result["model"], result["task"], result["variant"])]
+        seeds = runs[(compared_model(result), result["task"], result["variant"])]
         other = seeds.get(result["seed"])
         if other is not None:
             raise ValueError(

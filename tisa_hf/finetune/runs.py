@@ -22,8 +22,8 @@ from ..cli import configure_logging
 from ..environment import machine, versions
 from ..hub import UploadError, push_run
 from ..hub_access import loading_errors, model_remedy
+from ..patching import tisa_config_of
 from .arguments import (
-    ModelArguments,
     TisaArguments,
     TrainingArguments,
     parse_arguments,
@@ -109,24 +109,40 @@ def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]
     )
 
 
+def adaptation_of(model_path: str) -> dict[str, Any] | None:
+    """How `tisa-hf adapt` made the local checkpoint at `model_path` (the model it started from, objective and
+    what it trained, from the metrics.json it wrote there); None for any other model. Runs fine-tuned from it
+    record this, so that a report compares them with runs of the model they started from."""
+    path = Path(model_path, METRICS_FILE)
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if "adaptation" not in record:
+        return None
+    return {"from": record["model"], **{key: record["adaptation"][key] for key in ("objective", "train")}}
+
+
 def run_record(
     task: str,
-    model_args: ModelArguments,
-    tisa_args: TisaArguments,
+    plan: RunPlan,
+    trained_model: torch.nn.Module,
     args: TrainingArguments,
     state: TrainerState,
     accelerator: Accelerator,
     config: dict[str, Any],
     steps_per_epoch: int | None = None,  # None: adaptation, whose stages differ in length
 ) -> dict[str, Any]:
-    """What metrics.json holds: settings, seed, versions, the machine, every evaluation, the saved model's evaluation as
-    `metrics` (the last one, or with --load_best_model_at_end the one of `best_step`), steps, and the wall time
-    over every process that worked on the run (`TrainerState.wall_time_s`; None when unknown)."""
-    tisa = tisa_args.tisa_config()
+    """What metrics.json holds: settings, seed, the TISA settings of the model as trained (those the checkpoint
+    carried or the flags gave), where an adapted checkpoint came from (`adaptation_of`), versions, the machine,
+    every evaluation, the saved model's evaluation as `metrics` (the last one, or with --load_best_model_at_end the
+    one of `best_step`), steps, and the wall time over every process that worked on the run
+    (`TrainerState.wall_time_s`; None when unknown)."""
+    tisa = tisa_config_of(accelerator.unwrap_model(trained_model))
     return {
         "task": task,
-        "model": model_args.model,
+        "model": config["model"],
         "tisa": tisa.to_dict() if tisa else None,
+        "adapted": adaptation_of(plan.model.path),
         "seed": args.seed,
         "metrics": state.metrics,
         "best_step": state.best_step,
