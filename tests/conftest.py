@@ -5,6 +5,7 @@ from __future__ import annotations
 import huggingface_hub
 import pytest
 import torch
+import transformers
 from transformers import AlbertConfig, BertConfig, DistilBertConfig, ElectraConfig, RobertaConfig, XLMRobertaConfig
 
 import tisa_hf
@@ -64,6 +65,17 @@ def _no_network(monkeypatch):
     # Every test starts online (HF_HUB_OFFLINE unset, as CI's environment would otherwise make it), and those
     # about offline mode set it themselves.
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture(autouse=True)
+def _transformers_logs_reach_caplog():
+    """transformers' logger propagates to the root (where caplog listens) only when the CI variable is set: a
+    test about quietness must see the same records on a laptop as in CI."""
+    logger = transformers.logging.get_logger("transformers")
+    propagates = logger.propagate
+    transformers.logging.enable_propagation()
+    yield
+    logger.propagate = propagates
 
 
 @pytest.fixture(scope="session")

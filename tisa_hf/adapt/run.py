@@ -237,8 +237,10 @@ def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_a
     if adapt_args.objective == "mlm":
         return MaskedLMObjective(student, plan.tokenizer, adapt_args.mlm_probability)
     source = plan.run.model
+    # The student's class: loaded as a bare AutoModel, a checkpoint with an MLM head would log its head as
+    # unexpected and a pooler as missing, though only the encoder's hidden states are compared.
     with loading_errors(f"the teacher {source.path}", model_remedy()):
-        teacher = AutoModel.from_pretrained(source.path, local_files_only=source.local_files_only)
+        teacher = auto_class.from_pretrained(source.path, local_files_only=source.local_files_only)
     return DistillationObjective(student, teacher, adapt_args.distill_layers, adapt_args.distill_loss)
 
 
