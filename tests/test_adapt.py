@@ -4,6 +4,7 @@ the refused requests and what an adapted model is good for (loading, GLUE fine-t
 import json
 import logging
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -273,12 +274,19 @@ def test_adapted_model_loads_fine_tunes_and_has_a_card(workspace, tmp_path):
 
     from tisa_hf.finetune.glue import run
 
+    # Only what from_pretrained reads, as a download from the Hub would hold: the provenance is in config.json.
+    weights_only = tmp_path / "weights-only"
+    weights_only.mkdir()
+    for path in output.iterdir():
+        if path.name != "metrics.json" and path.is_file():
+            shutil.copy(path, weights_only)
+    assert json.loads((weights_only / "config.json").read_text())["tisa_adapted"]["objective"] == "distill"
     glue = run(
         *parse_arguments(
             GLUE_ARGUMENTS,
             [
                 "--model",
-                str(output),
+                str(weights_only),
                 "--data-dir",
                 str(workspace),
                 "--task",

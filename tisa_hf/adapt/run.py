@@ -36,6 +36,7 @@ from ..finetune.runs import (
     finish_run,
     init_trackers,
     load_model_and_tokenizer,
+    mark_adapted,
     run_record,
     save_run_config,
     start_run,
@@ -349,8 +350,9 @@ def run(
     )  # fmt: skip
 
     student = accelerator.unwrap_model(objective).model
-    record = run_record("adapt", plan.run, student, args, state, accelerator, config)
+    record = run_record("adapt", student, args, state, accelerator, config)
     record["adaptation"] = adaptation_record(plan, adapt_args, args.train_batch_size)
+    mark_adapted(student, record["model"], adapt_args.objective, adapt_args.train)
     finish_run(accelerator, student, plan.tokenizer, args, record)
     return record
 

@@ -127,7 +127,7 @@ def run(
         resume_from=plan.resume_from, started=started,
     )  # fmt: skip
 
-    record = run_record(task.name, plan, model, args, state, accelerator, config, steps_per_epoch)
+    record = run_record(task.name, model, args, state, accelerator, config, steps_per_epoch)
     predictions = RunPredictions(task.name, state.model_step, evaluate.outputs)
     finish_run(accelerator, model, tokenizer, args, record, {PREDICTIONS_FILE: predictions.to_json()})
     return record

@@ -16,7 +16,7 @@ import torch
 import yaml
 from accelerate import Accelerator, PartialState
 from accelerate.utils import set_seed
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedModel
 
 from ..cli import configure_logging
 from ..environment import machine, versions
@@ -109,22 +109,25 @@ def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]
     )
 
 
-def adaptation_of(model_path: str) -> dict[str, Any] | None:
-    """How `tisa-hf adapt` made the local checkpoint at `model_path` (the model it started from, objective and
-    what it trained, from the metrics.json it wrote there); None for any other model. Runs fine-tuned from it
-    record this, so that a report compares them with runs of the model they started from."""
-    path = Path(model_path, METRICS_FILE)
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text())
-    if "adaptation" not in record:
-        return None
-    return {"from": record["model"], **{key: record["adaptation"][key] for key in ("objective", "train")}}
+# The config.json key of an adapted checkpoint's provenance: in the config, it travels with the weights (to the
+# Hub and into every model fine-tuned from them), where a side file would be left behind.
+ADAPTED_CONFIG_KEY = "tisa_adapted"
+
+
+def mark_adapted(model: PreTrainedModel, source: str, objective: str, train: str) -> None:
+    """Records in `model`'s config that `tisa-hf adapt` made it from `source` with `objective`, training `train`."""
+    setattr(model.config, ADAPTED_CONFIG_KEY, {"from": source, "objective": objective, "train": train})
+
+
+def adaptation_of(model: PreTrainedModel) -> dict[str, Any] | None:
+    """How `tisa-hf adapt` made `model` (the model it started from, objective and what it trained), or None.
+    Runs fine-tuned from it record this, so that a report compares them with runs of the model they started
+    from."""
+    return getattr(model.config, ADAPTED_CONFIG_KEY, None)
 
 
 def run_record(
     task: str,
-    plan: RunPlan,
     trained_model: torch.nn.Module,
     args: TrainingArguments,
     state: TrainerState,
@@ -137,12 +140,13 @@ def run_record(
     every evaluation, the saved model's evaluation as `metrics` (the last one, or with --load_best_model_at_end the
     one of `best_step`), steps, and the wall time over every process that worked on the run
     (`TrainerState.wall_time_s`; None when unknown)."""
-    tisa = tisa_config_of(accelerator.unwrap_model(trained_model))
+    model = accelerator.unwrap_model(trained_model)
+    tisa = tisa_config_of(model)
     return {
         "task": task,
         "model": config["model"],
         "tisa": tisa.to_dict() if tisa else None,
-        "adapted": adaptation_of(plan.model.path),
+        "adapted": adaptation_of(model),
         "seed": args.seed,
         "metrics": state.metrics,
         "best_step": state.best_step,

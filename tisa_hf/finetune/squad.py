@@ -96,7 +96,7 @@ def run(
         resume_from=plan.resume_from, started=started,
     )  # fmt: skip
 
-    record = run_record(task_name(squad_args), plan, model, args, state, accelerator, config, steps_per_epoch)
+    record = run_record(task_name(squad_args), model, args, state, accelerator, config, steps_per_epoch)
     finish_run(accelerator, model, tokenizer, args, record)
     return record
 
