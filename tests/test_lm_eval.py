@@ -120,6 +120,11 @@ def test_numbers_at_four_times_the_table_match_a_direct_computation(models, tmp_
     assert interpolated["mlm_loss"]["64"] > 0 and interpolated["interpolated"]
     with Image.open(tmp_path / "out" / lm_eval.PLOT_FILE) as image:
         assert image.format == "PNG" and image.width > 500
+    tables = (tmp_path / "out" / lm_eval.TABLES_FILE).read_text()
+    assert "| model | 8 | 16 | 64 |\n|---|---:|---:|---:|\n" in tables
+    assert f"| {teacher} | 1.000 | 1.000 | – |" in tables  # agreement; the table cannot read 64
+    losses = [f"{measured['mlm_loss'][length]:.2f}" for length in ("8", "16", "64")]
+    assert f"| {student} | {' | '.join(losses)} |" in tables
 
 
 def test_one_mlm_head_for_every_model(models, tmp_path, capsys):

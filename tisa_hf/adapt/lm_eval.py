@@ -12,8 +12,8 @@ by linear position interpolation (the peer baseline beyond the table; tisa_hf/ad
 that cannot read n tokens (a position table shorter than n) gets null at n. Long inputs fit CPU memory: TISA
 `replace` mode attends blockwise at inference, and the other models run sdpa without a mask.
 
-Writes OUT/lm_eval.json (every number, the settings and versions) and OUT/lm_eval.png (each measure against
-length, log axis).
+Writes OUT/lm_eval.json (every number, the settings and versions), OUT/lm_eval.md (a table per measure, models
+against lengths) and OUT/lm_eval.png (each measure against length, log axis).
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ from .text import block_count, mask_blocks, pack_blocks, read_articles, spread_s
 
 RESULTS_FILE = "lm_eval.json"
 PLOT_FILE = "lm_eval.png"
+TABLES_FILE = "lm_eval.md"
 MEASURES = {"agreement": "agreement with the teacher (mean cosine)", "mlm_loss": "masked-token loss"}
+DECIMALS = {"agreement": 3, "mlm_loss": 2}
 
 
 @dataclass(frozen=True)
@@ -211,14 +213,34 @@ def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) ->
     return results
 
 
-def plot_measures(record: dict[str, Any], path: Path) -> None:
-    """One panel per measure that has numbers, each model a line against length (log axis)."""
-    lengths = record["lengths"]
-    measures = [
+def measured(record: dict[str, Any]) -> list[str]:
+    """The measures that have a number for some model at some length."""
+    return [
         measure
         for measure in MEASURES
         if any(value is not None for model in record["models"].values() for value in model[measure].values())
     ]
+
+
+def format_tables(record: dict[str, Any]) -> str:
+    """A Markdown table per measure: a row per model, a column per length; "–" where a model cannot be measured
+    (a length beyond its position table, or beyond the teacher's for agreement)."""
+    lengths = [str(length) for length in record["lengths"]]
+    sections = []
+    for measure in measured(record):
+        rows = [f"| model | {' | '.join(lengths)} |", f"|---|{'---:|' * len(lengths)}"]
+        for name, model in record["models"].items():
+            values = [model[measure][length] for length in lengths]
+            cells = ["–" if value is None else f"{value:.{DECIMALS[measure]}f}" for value in values]
+            rows.append(f"| {name} | {' | '.join(cells)} |")
+        sections.append(f"{MEASURES[measure].capitalize()}, per input length (tokens):\n\n" + "\n".join(rows))
+    return "\n\n".join(sections) + "\n"
+
+
+def plot_measures(record: dict[str, Any], path: Path) -> None:
+    """One panel per measure that has numbers, each model a line against length (log axis)."""
+    lengths = record["lengths"]
+    measures = measured(record)
     figure = Figure(figsize=(5.5 * len(measures), 4.2))  # drawn by the Agg canvas, no pyplot state
     for axis, measure in zip(figure.subplots(1, len(measures), squeeze=False)[0], measures, strict=True):
         for name, model in record["models"].items():
@@ -258,6 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS_FILE).write_text(json.dumps(record, indent=2))
+    (out / TABLES_FILE).write_text(format_tables(record))
     plot_measures(record, out / PLOT_FILE)
     return record
 
