@@ -57,7 +57,7 @@ fi
 if [[ ! -f $RUNS/lm-eval/lm_eval.json ]]; then
     tisa-hf lm-eval minilm interp:minilm "$RUNS/s5-unadapted" "$RUNS/s5-kernels" "$RUNS/s5-all" "$RUNS/s0-all" \
         --teacher minilm --mlm-head "$RUNS/mlm-head" --text "$TEXT/test.txt" --lengths 128 512 1024 2048 4096 \
-        --out "$RUNS/lm-eval"
+        --paired interp:minilm "$RUNS/s0-all" --out "$RUNS/lm-eval"
 fi
 
 tisa-hf sweep --config configs/sweeps/minilm-adapted-glue.yaml

@@ -3,6 +3,7 @@
 import copy
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,7 @@ from tisa_hf.adapt.text import mask_blocks, pack_blocks, read_articles, spread_s
 
 TABLE = 16
 LENGTHS = [8, 16, 64]  # 64 is 4x the table
+MAX_TOKENS = 320  # 40, 20 and 5 blocks
 
 
 def test_interpolation_at_scale_one_is_the_original_model(model_type):
@@ -62,7 +64,7 @@ def models(tmp_path_factory):
 
 def evaluate(models, out, *specs, extra=()):
     argv = [*specs, "--teacher", str(models / "teacher"), "--text", str(models / "test.txt"), "--out", str(out)]
-    argv += ["--lengths", *map(str, LENGTHS), "--max-blocks", "5", "--batch-tokens", "100", *extra]
+    argv += ["--lengths", *map(str, LENGTHS), "--max-tokens", str(MAX_TOKENS), "--batch-tokens", "100", *extra]
     assert lm_eval.main(argv) == 0
     return json.loads((out / lm_eval.RESULTS_FILE).read_text())
 
@@ -71,7 +73,7 @@ def blocks_and_masks(models, length):
     """The evaluation's blocks and masks, rebuilt from the text functions."""
     tokenizer = AutoTokenizer.from_pretrained(models / "teacher")
     documents = tokenize_articles(read_articles(models / "test.txt"), tokenizer)
-    blocks = spread_selection(pack_blocks(documents, length, tokenizer), 5)
+    blocks = spread_selection(pack_blocks(documents, length, tokenizer), MAX_TOKENS // length)
     return blocks, *mask_blocks(blocks, tokenizer, 0.15, seed=0)
 
 
@@ -102,7 +104,7 @@ def test_numbers_at_four_times_the_table_match_a_direct_computation(models, tmp_
     student, teacher = str(models / "student"), str(models / "teacher")
     record = evaluate(models, tmp_path / "out", student, teacher, f"interp:{teacher}")
     assert record["lengths"] == LENGTHS and record["teacher_table_length"] == TABLE
-    assert set(record["blocks"]) == {"8", "16", "64"} and record["blocks"]["8"] == 5
+    assert record["blocks"] == {"8": 40, "16": 20, "64": 5}
     assert record["wall_time_s"] > 0 and record["machine"]["device"] == "cpu"
     student_model = AutoModelForMaskedLM.from_pretrained(student).eval()
     teacher_model = AutoModelForMaskedLM.from_pretrained(teacher).eval()
@@ -113,7 +115,7 @@ def test_numbers_at_four_times_the_table_match_a_direct_computation(models, tmp_
         assert measured["mlm_loss"][str(length)] == pytest.approx(loss, rel=1e-5)
     assert 0 < measured["agreement"]["16"] < 1
     original, interpolated = record["models"][teacher], record["models"][f"interp:{teacher}"]
-    assert original["agreement"] == {"8": 1.0, "16": 1.0, "64": None}
+    assert original["agreement"] == {"8": pytest.approx(1.0), "16": pytest.approx(1.0), "64": None}
     assert original["mlm_loss"]["64"] is None  # a 16-position table cannot read 64 tokens
     for measure in ("agreement", "mlm_loss"):  # scale 1: exactly the original model
         assert [interpolated[measure][key] for key in ("8", "16")] == [original[measure][key] for key in ("8", "16")]
@@ -145,3 +147,39 @@ def test_one_mlm_head_for_every_model(models, tmp_path, capsys):
     assert "holds no MLM head (its config names TisaBertModel)" in capsys.readouterr().err
     assert lm_eval.main([teacher, "--text", str(models / "test.txt"), "--lengths", "4096", "--out", "x"]) == 2
     assert "is too short for --lengths 4096: it gives no block of that length." in capsys.readouterr().err
+
+
+def test_paired_differences_and_their_intervals_resample_blocks(models, tmp_path, capsys):
+    student, teacher = str(models / "student"), str(models / "teacher")
+    interpolated = f"interp:{teacher}"
+    record = evaluate(models, tmp_path / "out", student, teacher, interpolated, extra=("--paired", teacher))
+    paired = record["paired"][teacher]
+    assert set(paired) == {student, interpolated}
+    for length in ("8", "16", "64"):
+        weights = record["block_tokens"][length]["mlm_loss"]
+        assert len(weights) == record["blocks"][length]
+        sums = record["models"][student]["block_sums"]["mlm_loss"][length]
+        assert sum(sums) / sum(weights) == pytest.approx(record["models"][student]["mlm_loss"][length], rel=1e-12)
+    entry = paired[student]["mlm_loss"]["16"]
+    expected = record["models"][student]["mlm_loss"]["16"] - record["models"][teacher]["mlm_loss"]["16"]
+    assert entry["difference"] == pytest.approx(expected, rel=1e-9)
+    # The interval against a bootstrap written out here: resample the 20 blocks, the same for both models.
+    sums, base = (np.array(record["models"][name]["block_sums"]["mlm_loss"]["16"]) for name in (student, teacher))
+    weights = np.array(record["block_tokens"]["16"]["mlm_loss"])
+    draws = np.random.default_rng(7).integers(0, len(weights), (20000, len(weights)))
+    replicates = (sums[draws].sum(1) - base[draws].sum(1)) / weights[draws].sum(1)
+    low, high = np.percentile(replicates, [2.5, 97.5])
+    assert entry["low"] < entry["difference"] < entry["high"]
+    assert abs(entry["low"] - low) < 0.1 * (high - low) and abs(entry["high"] - high) < 0.1 * (high - low)
+    assert paired[interpolated]["mlm_loss"]["8"] == {"difference": 0.0, "low": 0.0, "high": 0.0}  # scale 1
+    assert paired[interpolated]["mlm_loss"]["64"] is None and paired[student]["agreement"]["64"] is None
+    tables = (tmp_path / "out" / lm_eval.TABLES_FILE).read_text()
+    cell = f"{entry['difference']:+.2f} [{entry['low']:+.2f}, {entry['high']:+.2f}]"
+    assert f"Masked-token loss, minus {teacher}'s (95% bootstrap interval over blocks; * excludes 0):" in tables
+    assert f"| {interpolated} | +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] | – |" in tables
+    assert cell in tables.split(f"minus {teacher}'s")[2]
+
+    argv = [student, "--teacher", teacher, "--text", str(models / "test.txt"), "--lengths", "8", "--paired", "minilm"]
+    assert lm_eval.main([*argv, "--out", str(tmp_path / "refused")]) == 2
+    assert "--paired minilm: a reference must be one of the compared models." in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()

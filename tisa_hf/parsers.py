@@ -116,11 +116,25 @@ def lm_eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--teacher", help="The original model, for agreement at the lengths it reads.")
     parser.add_argument("--mlm-head", help="A *ForMaskedLM checkpoint whose head every model uses.")
     parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
-    parser.add_argument("--max-blocks", type=int, default=16, help="Blocks per length, spread over the text.")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=65536,
+        help="Tokens per length: max-tokens // length blocks (at least one), spread over the text.",
+    )
     parser.add_argument("--batch-tokens", type=int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
     parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    parser.add_argument(
+        "--paired",
+        nargs="+",
+        default=[],
+        metavar="REF",
+        help="Every other model's difference to REF (one of the models), with a 95%% bootstrap interval over blocks.",
+    )
+    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
     parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
     return parser
 

@@ -1,12 +1,15 @@
 """`tisa-hf lm-eval`: how encoders read inputs of growing length, measured on held-out text.
 
-Per length n, on the same blocks of n tokens for every model (packed from the whole articles of the text; at
-most --max-blocks, spread evenly over it):
+Per length n, on the same blocks of n tokens for every model (packed from the whole articles of the text; as
+many as --max-tokens allows, at least one, spread evenly over it, so that every length rests on about as many
+tokens):
 - agreement: the mean cosine between the model's final hidden states and the teacher's, over all tokens, at the
   lengths the teacher reads (n <= its position table);
 - masked-token loss: cross-entropy at the masked tokens, with the same masks (one seed) for every model, through
   the model's own MLM head or, with --mlm-head, through that head for every model (`adapt --train head` fits one
   on the original model; distillation matches its final hidden states, so the head fits the adapted model too).
+With --paired REF, every other model's difference to REF per measure and length, with a 95% bootstrap interval
+over the blocks (the same blocks for both: the per-block sums are kept in the JSON).
 A model is a checkpoint (folder, Hub id or `minilm`) or `interp:NAME`, NAME with its position table stretched
 by linear position interpolation (the peer baseline beyond the table; tisa_hf/adapt/interpolation.py). A model
 that cannot read n tokens (a position table shorter than n) gets null at n. Long inputs fit CPU memory: TISA
@@ -37,7 +40,8 @@ from ..packaged import resolve_model
 from ..parsers import lm_eval_parser
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
-from .objectives import masked_token_losses, mlm_head_of
+from .objectives import IGNORE_INDEX, masked_token_losses, mlm_head_of
+from .paired_blocks import paired_to
 from .text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 
 RESULTS_FILE = "lm_eval.json"
@@ -75,6 +79,12 @@ class LengthData:
     masked: torch.Tensor
     labels: torch.Tensor
 
+    @property
+    def block_weights(self) -> dict[str, list[int]]:
+        """Per measure, what each block's sum is over: its tokens (agreement), its masked tokens (loss)."""
+        blocks, length = self.blocks.shape
+        return {"agreement": [length] * blocks, "mlm_loss": (self.labels != IGNORE_INDEX).sum(-1).tolist()}
+
 
 def load_model(facts: CheckpointFacts, device: torch.device) -> PreTrainedModel:
     """The checkpoint with its MLM head when it has one (a TISA checkpoint comes back patched), in eval mode."""
@@ -103,30 +113,31 @@ def final_hidden_states(
 
 
 @torch.no_grad()
-def mean_agreement(
+def agreement_sums(
     model: PreTrainedModel, blocks: torch.Tensor, teacher_states: torch.Tensor, batch_tokens: int, device: torch.device
-) -> float:
-    """Mean over all tokens of cos(model's final hidden state, teacher's)."""
+) -> list[float]:
+    """Per block, the sum over its tokens of cos(model's final hidden state, teacher's)."""
     states = final_hidden_states(model, blocks, batch_tokens, device)
-    return F.cosine_similarity(states, teacher_states, dim=-1).mean().item()
+    return F.cosine_similarity(states, teacher_states, dim=-1).double().sum(-1).tolist()
 
 
 @torch.no_grad()
-def masked_token_loss(
+def masked_loss_sums(
     model: PreTrainedModel, head: nn.Module, data: LengthData, batch_tokens: int, device: torch.device
-) -> float:
-    """Cross-entropy over all masked tokens of all blocks (token-weighted)."""
-    total, count = 0.0, 0
+) -> list[float]:
+    """Per block, the sum of the cross-entropy over its masked tokens."""
     length = data.masked.shape[1]
-    for masked, labels in zip(
-        _batches(data.masked, length, batch_tokens, device),
-        _batches(data.labels, length, batch_tokens, device),
-        strict=True,
-    ):
-        sums, counts = masked_token_losses(model.base_model(input_ids=masked).last_hidden_state, head, labels)
-        total += sums.sum().item()
-        count += counts.sum().item()
-    return total / count
+    return [
+        value
+        for masked, labels in zip(
+            _batches(data.masked, length, batch_tokens, device),
+            _batches(data.labels, length, batch_tokens, device),
+            strict=True,
+        )
+        for value in masked_token_losses(model.base_model(input_ids=masked).last_hidden_state, head, labels)[0]
+        .double()
+        .tolist()
+    ]
 
 
 @dataclass
@@ -147,6 +158,9 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     lengths = sorted(set(args.lengths))
     if lengths[0] < 3:
         raise ValueError(f"--lengths must be at least 3 tokens ([CLS], a token, [SEP]); got {lengths[0]}.")
+    unknown = [reference for reference in args.paired if reference not in args.models]
+    if unknown:
+        raise ValueError(f"--paired {' '.join(unknown)}: a reference must be one of the compared models.")
     specs = [ModelSpec.parse(spec) for spec in args.models]
     teacher = CheckpointFacts.read(args.teacher) if args.teacher else None
     head_source = CheckpointFacts.read(args.mlm_head) if args.mlm_head else None
@@ -171,13 +185,14 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
         raise ValueError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")
     data = {}
     for length in lengths:
-        blocks = spread_selection(pack_blocks(documents, length, tokenizer), args.max_blocks)
+        blocks = spread_selection(pack_blocks(documents, length, tokenizer), max(1, args.max_tokens // length))
         data[length] = LengthData(blocks, *mask_blocks(blocks, tokenizer, args.mlm_probability, args.seed))
     return EvaluationSetup(specs, teacher, head_source, data)
 
 
 def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) -> dict[str, dict[str, Any]]:
-    """Per model, per length: agreement and masked-token loss (None where not measurable)."""
+    """Per model, measure and length: the per-block sums (None where not measurable) and their ratio to the
+    blocks' weights, the measure over all tokens."""
     teacher_states = {}
     if setup.teacher is not None:
         teacher = load_model(setup.teacher, device)
@@ -191,23 +206,30 @@ def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) ->
         model = load_model(spec.facts, device)
         interpolation = PositionInterpolation(model) if spec.interpolated else None
         head = shared_head or (mlm_head_of(model) if spec.facts.has_mlm_head else None)
-        numbers: dict[str, dict[str, float | None]] = {measure: {} for measure in MEASURES}
+        sums: dict[str, dict[str, list[float] | None]] = {measure: {} for measure in MEASURES}
         for length, data in setup.data.items():
             readable = spec.reads(length)
             if interpolation is not None:
                 interpolation.stretch_to(length)
             agreement = loss = None
             if readable and length in teacher_states:
-                agreement = mean_agreement(model, data.blocks, teacher_states[length], batch_tokens, device)
+                agreement = agreement_sums(model, data.blocks, teacher_states[length], batch_tokens, device)
             if readable and head is not None:
-                loss = masked_token_loss(model, head, data, batch_tokens, device)
-            numbers["agreement"][str(length)] = agreement
-            numbers["mlm_loss"][str(length)] = loss
+                loss = masked_loss_sums(model, head, data, batch_tokens, device)
+            sums["agreement"][str(length)] = agreement
+            sums["mlm_loss"][str(length)] = loss
         results[spec.spec] = {
             "tisa": spec.facts.tisa.to_dict() if spec.facts.tisa else None,
             "position_table_length": spec.facts.table_length,
             "interpolated": spec.interpolated,
-            **numbers,
+            **{
+                measure: {
+                    str(length): None if values is None else sum(values) / sum(data.block_weights[measure])
+                    for (length, data), values in zip(setup.data.items(), sums[measure].values(), strict=True)
+                }
+                for measure in MEASURES
+            },
+            "block_sums": sums,
         }
         del model
     return results
@@ -222,18 +244,43 @@ def measured(record: dict[str, Any]) -> list[str]:
     ]
 
 
+def _table(lengths: list[str], rows: dict[str, list[str]]) -> str:
+    header = [f"| model | {' | '.join(lengths)} |", f"|---|{'---:|' * len(lengths)}"]
+    return "\n".join(header + [f"| {name} | {' | '.join(cells)} |" for name, cells in rows.items()])
+
+
+def _paired_cell(entry: dict[str, float | None] | None, decimals: int) -> str:
+    if entry is None:
+        return "–"
+    difference = f"{entry['difference']:+.{decimals}f}"
+    if entry["low"] is None:
+        return difference
+    excludes_zero = entry["low"] > 0 or entry["high"] < 0
+    return f"{difference} [{entry['low']:+.{decimals}f}, {entry['high']:+.{decimals}f}]{'*' if excludes_zero else ''}"
+
+
 def format_tables(record: dict[str, Any]) -> str:
-    """A Markdown table per measure: a row per model, a column per length; "–" where a model cannot be measured
-    (a length beyond its position table, or beyond the teacher's for agreement)."""
+    """A Markdown table per measure (a row per model, a column per length; "–" where a model cannot be measured:
+    a length beyond its position table, or beyond the teacher's for agreement), then per --paired reference and
+    measure the differences to the reference with their intervals."""
     lengths = [str(length) for length in record["lengths"]]
     sections = []
     for measure in measured(record):
-        rows = [f"| model | {' | '.join(lengths)} |", f"|---|{'---:|' * len(lengths)}"]
-        for name, model in record["models"].items():
-            values = [model[measure][length] for length in lengths]
-            cells = ["–" if value is None else f"{value:.{DECIMALS[measure]}f}" for value in values]
-            rows.append(f"| {name} | {' | '.join(cells)} |")
-        sections.append(f"{MEASURES[measure].capitalize()}, per input length (tokens):\n\n" + "\n".join(rows))
+        rows = {
+            name: ["–" if model[measure][n] is None else f"{model[measure][n]:.{DECIMALS[measure]}f}" for n in lengths]
+            for name, model in record["models"].items()
+        }
+        sections.append(f"{MEASURES[measure].capitalize()}, per input length (tokens):\n\n{_table(lengths, rows)}")
+    for reference, paired in record["paired"].items():
+        for measure in measured(record):
+            rows = {
+                name: [_paired_cell(entry[measure][n], DECIMALS[measure]) for n in lengths]
+                for name, entry in paired.items()
+            }
+            sections.append(
+                f"{MEASURES[measure].capitalize()}, minus {reference}'s (95% bootstrap interval over blocks; * "
+                f"excludes 0):\n\n{_table(lengths, rows)}"
+            )
     return "\n\n".join(sections) + "\n"
 
 
@@ -272,10 +319,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mlm_head": args.mlm_head,
         "mlm_probability": args.mlm_probability,
         "seed": args.seed,
+        "block_tokens": {str(length): data.block_weights for length, data in setup.data.items()},
         "models": evaluate(setup, args.batch_tokens, device),
         "wall_time_s": round(time.perf_counter() - started, 1),  # from reading the text to the last number
         "versions": versions(),
         "machine": machine(device),
+    }
+    record["paired"] = {
+        reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
