@@ -97,6 +97,26 @@ def test_checkpoint_of_tisa_hf_0_1_still_loads_with_its_kernels(tisa_dir, tmp_pa
         torch.testing.assert_close(logits(loaded, input_ids), logits(model, input_ids), rtol=0, atol=0)
 
 
+def test_output_loading_info_returns_the_model_and_what_transformers_reports(plain_dir, tisa_dir, tmp_path):
+    """transformers' (model, info) pair, for a plain model (untouched by tisa_hf), a TISA one and a 0.1 one."""
+    encoder = tmp_path / "encoder"
+    AutoModel.from_pretrained(plain_dir).save_pretrained(encoder)
+    model, info = BertForSequenceClassification.from_pretrained(encoder, output_loading_info=True)
+    assert type(model) is BertForSequenceClassification
+    assert sorted(info["missing_keys"]) == ["classifier.bias", "classifier.weight"] and not info["unexpected_keys"]
+    tisa = tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
+    model, info = AutoModelForSequenceClassification.from_pretrained(encoder, tisa=tisa, output_loading_info=True)
+    assert tisa_hf.tisa_config_of(model) == tisa
+    assert sorted(info["missing_keys"]) == ["classifier.bias", "classifier.weight"]
+    legacy = tmp_path / "legacy"
+    AutoModelForSequenceClassification.from_pretrained(tisa_dir).save_pretrained(legacy)
+    config = json.loads((legacy / "config.json").read_text())
+    config.update(model_type="bert", architectures=["BertForSequenceClassification"])
+    (legacy / "config.json").write_text(json.dumps(config))
+    model, info = BertForSequenceClassification.from_pretrained(legacy, output_loading_info=True)
+    assert tisa_hf.tisa_config_of(model) == tisa and not info["missing_keys"] and not info["unexpected_keys"]
+
+
 @pytest.mark.parametrize(
     "dropped", [("bert.tisa.amplitude", "bert.tisa.sharpness", "bert.tisa.center"), ("bert.tisa.center",)]
 )

@@ -54,12 +54,13 @@ def _from_pretrained(original):
         config = kwargs.get("config")
         legacy = _legacy_tisa(config)
         if tisa is None and legacy is None:
-            model = original.__func__(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+            loaded = original.__func__(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+            model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading info)
             legacy = _legacy_tisa(model.config)
             if legacy is None or not _is_plain_class(cls):
-                return model
+                return loaded
             kwargs["config"] = model.config  # a 0.1 checkpoint loaded by a class: load it again, with its kernels
-            del model
+            del model, loaded
         if _legacy_tisa(kwargs.get("config")) is not None or (tisa is not None and kwargs.get("config") is not None):
             kwargs["config"] = to_tisa_config(kwargs["config"], legacy or tisa)
         return _tisa_class(cls).from_pretrained(pretrained_model_name_or_path, *model_args, tisa=tisa, **kwargs)
