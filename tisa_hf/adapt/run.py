@@ -14,15 +14,11 @@ checkpoints live in `checkpoints/` until the run finishes.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import transformers
 from accelerate import Accelerator
 from torch import nn
 from torch.utils.data import DataLoader, StackDataset
@@ -55,8 +51,6 @@ from .text import (
     spread_selection,
     tokenize_articles,
 )
-
-logger = logging.getLogger(__name__)
 
 EVAL_MASKING_SEED = 0
 
@@ -212,28 +206,12 @@ def set_trainable(model: PreTrainedModel, train: str, objective: str) -> None:
         base.tisa.requires_grad_(True)
 
 
-@contextlib.contextmanager
-def transformers_errors_only() -> Iterator[None]:
-    """Lets only transformers' errors through (its warnings are back afterwards)."""
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-
-
 def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments) -> nn.Module:
     """The student (with its head when the checkpoint has one) inside its objective; for distillation, the
     unpatched teacher too."""
     new_head = adapt_args.objective == "mlm" and not plan.facts.has_mlm_head  # --train head (checked)
     auto_class = AutoModelForMaskedLM if plan.facts.has_mlm_head or new_head else AutoModel
-    # A new head: transformers' load report would list it (and the pooler a masked-LM model drops) as missing
-    # weights, which is what was asked for.
-    with transformers_errors_only() if new_head else contextlib.nullcontext():
-        student, _ = load_model_and_tokenizer(auto_class, plan.run, tisa_args)
-    if new_head:
-        logger.info("%s has no MLM head: a new one is initialised and trained.", plan.facts.name)
+    student, _ = load_model_and_tokenizer(auto_class, plan.run, tisa_args)  # a new head is logged at INFO
     set_trainable(student, adapt_args.train, adapt_args.objective)
     if adapt_args.objective == "mlm":
         return MaskedLMObjective(student, plan.tokenizer, adapt_args.mlm_probability)

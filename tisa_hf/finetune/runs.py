@@ -29,6 +29,7 @@ from .arguments import (
     parse_arguments,
     resolved_config,
 )
+from .loading import load_under_head
 from .plan import RunPlan
 from .run_folder import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, check_resolved_schedule, clear_output_dir
 from .trainer import (
@@ -50,7 +51,7 @@ def load_model_and_tokenizer(auto_class: type, plan: RunPlan, tisa_args: TisaArg
     if tisa is not None:
         config["tisa"] = tisa
     with loading_errors(f"the model {plan.model.path}", model_remedy()):
-        model = auto_class.from_pretrained(plan.model.path, local_files_only=plan.model.local_files_only, **config)
+        model = load_under_head(auto_class, plan.model.path, local_files_only=plan.model.local_files_only, **config)
     return model, tokenizer
 
 
