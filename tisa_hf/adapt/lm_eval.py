@@ -285,15 +285,17 @@ def format_tables(record: dict[str, Any]) -> str:
 
 
 def plot_measures(record: dict[str, Any], path: Path) -> None:
-    """One panel per measure that has numbers, each model a line against length (log axis)."""
+    """One panel per measure that has numbers, each model a line against length (log axis), in the same colour
+    on every panel; one legend below them."""
     lengths = record["lengths"]
     measures = measured(record)
-    figure = Figure(figsize=(5.5 * len(measures), 4.2))  # drawn by the Agg canvas, no pyplot state
+    # drawn by the Agg canvas, no pyplot state
+    figure = Figure(figsize=(5.5 * len(measures), 4.2 + 0.25 * len(record["models"])), layout="constrained")
     for axis, measure in zip(figure.subplots(1, len(measures), squeeze=False)[0], measures, strict=True):
-        for name, model in record["models"].items():
+        for index, (name, model) in enumerate(record["models"].items()):
             points = [(int(length), value) for length, value in model[measure].items() if value is not None]
             if points:
-                axis.plot(*zip(*points, strict=True), marker="o", label=name)
+                axis.plot(*zip(*points, strict=True), marker="o", color=f"C{index % 10}", label=name)
         axis.set_xscale("log", base=2)
         axis.set_xticks(lengths, labels=[str(length) for length in lengths])
         axis.minorticks_off()
@@ -301,8 +303,11 @@ def plot_measures(record: dict[str, Any], path: Path) -> None:
             axis.axvline(record["teacher_table_length"], color="0.6", linestyle=":", label="teacher's table")
         axis.set_xlabel("input length (tokens)")
         axis.set_ylabel(MEASURES[measure])
-        axis.legend(fontsize=8)
-    figure.tight_layout()
+    labels = {}  # every model once, in the order given, from whichever panel drew it
+    for axis in figure.axes:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            labels.setdefault(label, handle)
+    figure.legend(labels.values(), labels.keys(), loc="outside lower center", ncols=2, fontsize=8)
     figure.savefig(path, dpi=110)
 
 
