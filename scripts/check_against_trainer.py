@@ -130,6 +130,7 @@ def run_trainer(
         eval_strategy="no",
         save_strategy="no",
         report_to="none",
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning only serves copies to a GPU (torch warns on CPU)
     )
     trainer = Trainer(
         model=model,
