@@ -112,7 +112,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("models", nargs="+", help="Checkpoints (folder, Hub id, minilm) or interp:NAME.")
     parser.add_argument("--text", required=True, help="Held-out plain text (e.g. WikiText's test.txt).")
     parser.add_argument("--lengths", type=int, nargs="+", required=True, help="Input lengths in tokens.")
-    parser.add_argument("--out", required=True, help="Folder for lm_eval.json and lm_eval.png.")
+    parser.add_argument("--out", required=True, help="Folder for lm_eval.json, lm_eval.md and lm_eval.png.")
     parser.add_argument("--teacher", help="The original model, for agreement at the lengths it reads.")
     parser.add_argument("--mlm-head", help="A *ForMaskedLM checkpoint whose head every model uses.")
     parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
