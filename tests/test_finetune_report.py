@@ -210,12 +210,21 @@ def test_paired_differences_to_the_baseline(paired_runs, tmp_path, capsys):
 
     assert "| | STS-B | RTE |" in text  # the median table is still there, followed by the paired one
     assert "### tiny: paired differences to baseline" in text
+    assert "Cells: variant minus baseline in points, the mean over seeds" in text
     cell = f"{rte_add['mean']:+.1f} [{rte_add['low']:+.1f}, {rte_add['high']:+.1f}]* (3)"
     replace_cell = f"{rte_replace['mean']:+.1f} [{rte_replace['low']:+.1f}, {rte_replace['high']:+.1f}] (3)"
     stsb_cell = f"{stsb_add['mean']:+.1f} [{stsb_add['low']:+.1f}, {stsb_add['high']:+.1f}]* (2)"
     assert f"| TISA S=5 (add) | {stsb_cell} | {cell} |" in text
     assert f"| TISA S=5 (replace) |  | {replace_cell} |" in text
     assert f"Intervals that exclude 0: STS-B TISA S=5 (add) {stsb_cell}; RTE TISA S=5 (add) {cell}." in text
+
+    argv = [str(paired_runs), "--paired", "TISA S=5 (add)", "--bootstrap", "200", "--json", str(out)]
+    assert main(argv) == 0  # any variant can be the reference
+    text = capsys.readouterr().out
+    assert "### tiny: paired differences to TISA S=5 (add)" in text
+    assert "Cells: variant minus TISA S=5 (add) in points" in text
+    flipped = {(e["column"], e["variant"]): e for e in json.loads(out.read_text())["paired"]["differences"]}
+    assert flipped[("RTE", "baseline")]["mean"] == pytest.approx(-rte_add["mean"])
 
 
 def test_paired_needs_the_baseline_and_the_predictions(paired_runs, capsys):

@@ -327,8 +327,9 @@ def render_paired(
     excluding = [
         f"{entry['column']} {entry['variant']} {_paired_cell(entry)}" for entry in entries if entry["excludes_zero"]
     ]
+    reference = entries[0]["baseline"] if entries else "the reference"
     note = (
-        "Cells: variant minus baseline in points, the mean over seeds of the difference on the same dev examples, "
+        f"Cells: variant minus {reference} in points, the mean over seeds of the difference on the same dev examples, "
         f"[95% bootstrap interval over dev examples and seeds, {replicates} resamples] (paired seeds); "
         "* the interval excludes 0.\n\n"
         + ("Intervals that exclude 0: " + "; ".join(excluding) + "." if excluding else "No interval excludes 0.")
