@@ -79,6 +79,12 @@ def sweep_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
+    """The resamples and seed of a command's --paired intervals."""
+    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
+
+
 def report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tisa-hf report", description="Results tables of fine-tuning runs (the TISA paper's table 3 layout)."
@@ -99,8 +105,7 @@ def report_parser() -> argparse.ArgumentParser:
         help="Also the paired difference of every other variant to VARIANT (a row name, e.g. baseline), with a 95%% "
         "bootstrap interval over dev examples and seeds; needs the runs' predictions.json.",
     )
-    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
-    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
+    add_bootstrap_arguments(parser)
     parser.add_argument("--json", help="Write every run's record (and the paired differences) here as JSON.")
     return parser
 
@@ -133,8 +138,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
         metavar="REF",
         help="Every other model's difference to REF (one of the models), with a 95%% bootstrap interval over blocks.",
     )
-    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
-    parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
+    add_bootstrap_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
     return parser
 

@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ class LengthData:
     masked: torch.Tensor
     labels: torch.Tensor
 
-    @property
+    @cached_property
     def block_weights(self) -> dict[str, list[int]]:
         """Per measure, what each block's sum is over: its tokens (agreement), its masked tokens (loss)."""
         blocks, length = self.blocks.shape
@@ -207,6 +208,7 @@ def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) ->
         interpolation = PositionInterpolation(model) if spec.interpolated else None
         head = shared_head or (mlm_head_of(model) if spec.facts.has_mlm_head else None)
         sums: dict[str, dict[str, list[float] | None]] = {measure: {} for measure in MEASURES}
+        means: dict[str, dict[str, float | None]] = {measure: {} for measure in MEASURES}
         for length, data in setup.data.items():
             readable = spec.reads(length)
             if interpolation is not None:
@@ -216,19 +218,14 @@ def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) ->
                 agreement = agreement_sums(model, data.blocks, teacher_states[length], batch_tokens, device)
             if readable and head is not None:
                 loss = masked_loss_sums(model, head, data, batch_tokens, device)
-            sums["agreement"][str(length)] = agreement
-            sums["mlm_loss"][str(length)] = loss
+            for measure, values in (("agreement", agreement), ("mlm_loss", loss)):
+                sums[measure][str(length)] = values
+                means[measure][str(length)] = None if values is None else sum(values) / sum(data.block_weights[measure])
         results[spec.spec] = {
             "tisa": spec.facts.tisa.to_dict() if spec.facts.tisa else None,
             "position_table_length": spec.facts.table_length,
             "interpolated": spec.interpolated,
-            **{
-                measure: {
-                    str(length): None if values is None else sum(values) / sum(data.block_weights[measure])
-                    for (length, data), values in zip(setup.data.items(), sums[measure].values(), strict=True)
-                }
-                for measure in MEASURES
-            },
+            **means,
             "block_sums": sums,
         }
         del model

@@ -15,44 +15,30 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
+from ..log_filters import dropping_records
+
 logger = logging.getLogger(__name__)
 
-# The logger transformers' `log_state_dict_report` writes its table to, and the table's title.
-REPORT_LOGGER = "transformers.modeling_utils"
-REPORT_TITLE = "LOAD REPORT"
 
-
-class LoadReportFilter(logging.Filter):
-    """Drops transformers' load-report table; `load_under_head` logs what it says instead."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return REPORT_TITLE not in record.getMessage()
-
-
-def in_encoder(model: PreTrainedModel, key: str) -> bool:
-    """Whether a weight name (the model's, or the checkpoint's) belongs to the encoder `model.base_model`: its
-    first component after the base-model prefix names one of the encoder's modules (embeddings, encoder, ...)."""
-    first = key.removeprefix(f"{model.base_model_prefix}.").split(".")[0]
-    return first in {name for name, _ in model.base_model.named_children()}
-
-
-def _split(model: PreTrainedModel, keys: Iterable[str]) -> tuple[list[str], list[str]]:
-    keys = sorted(keys)
-    return [key for key in keys if not in_encoder(model, key)], [key for key in keys if in_encoder(model, key)]
+def split_head_and_encoder(model: PreTrainedModel, keys: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Weight names (the model's, or the checkpoint's) outside and inside the encoder `model.base_model`: inside
+    when the first component after the base-model prefix names one of its modules (embeddings, encoder, ...)."""
+    prefix, modules = f"{model.base_model_prefix}.", {name for name, _ in model.base_model.named_children()}
+    head, encoder = [], []
+    for key in sorted(keys):
+        (encoder if key.removeprefix(prefix).split(".")[0] in modules else head).append(key)
+    return head, encoder
 
 
 def load_under_head(auto_class: type, path: str, **kwargs: Any) -> PreTrainedModel:
     """`auto_class.from_pretrained(path, **kwargs)`; the new head and the checkpoint's unused heads are logged at
     INFO, missing or unused encoder weights as one warning each."""
-    report_logger, report_filter = logging.getLogger(REPORT_LOGGER), LoadReportFilter()
-    report_logger.addFilter(report_filter)
-    try:
+    # transformers' `log_state_dict_report` writes its table to this logger, titled "... LOAD REPORT".
+    with dropping_records("transformers.modeling_utils", "LOAD REPORT"):
         model, info = auto_class.from_pretrained(path, output_loading_info=True, **kwargs)
-    finally:
-        report_logger.removeFilter(report_filter)
     name = type(model).__name__
-    new_head, new_encoder = _split(model, info["missing_keys"])
-    unused_head, unused_encoder = _split(model, info["unexpected_keys"])
+    new_head, new_encoder = split_head_and_encoder(model, info["missing_keys"])
+    unused_head, unused_encoder = split_head_and_encoder(model, info["unexpected_keys"])
     if new_head:
         logger.info("%s: a new head, trained from scratch (%s).", name, ", ".join(new_head))
     if unused_head:

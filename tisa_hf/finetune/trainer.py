@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from ..log_filters import dropping_records
 from .arguments import TrainingArguments
 from .run_folder import CHECKPOINTS_DIR, LOGS_DIR, TRAINER_STATE, latest_checkpoint
 
@@ -172,26 +173,16 @@ def build_optimizer(model: nn.Module, args: TrainingArguments, tisa_lr: float | 
     return optimizer, scheduler
 
 
-class TiedWeightsNotice(logging.Filter):
-    """Drops Accelerate's "Removed shared tensor" warning. It fires at every checkpoint of a model with tied
-    weights (an MLM decoder tied to the word embeddings): safetensors stores each shared tensor once, and
-    safetensors' `load_model`, which `load_state` uses, ties it back on resume (tests/test_adapt.py resumes an
-    MLM run exactly), so on this path the warning reports nothing wrong."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Removed shared tensor" not in record.getMessage()  # prefixed "[RANK n] " by Accelerate
-
-
 def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: TrainerState) -> None:
     """Model, optimizer, scheduler and RNG (Accelerate, safetensors weights), then the trainer state; older
     checkpoints, and best models this one does not refer to, are removed once the new one is complete."""
     directory = Path(output_dir, CHECKPOINTS_DIR, f"step-{state.step}")
-    accelerate_logger, notice = logging.getLogger("accelerate.utils.other"), TiedWeightsNotice()
-    accelerate_logger.addFilter(notice)
-    try:
+    # Accelerate's "Removed shared tensor" warning fires at every checkpoint of a model with tied weights (an MLM
+    # decoder tied to the word embeddings): safetensors stores each shared tensor once, and safetensors'
+    # `load_model`, which `load_state` uses, ties it back on resume (tests/test_adapt.py resumes an MLM run
+    # exactly), so on this path it reports nothing wrong.
+    with dropping_records("accelerate.utils.other", "Removed shared tensor"):
         accelerator.save_state(str(directory), safe_serialization=True)
-    finally:
-        accelerate_logger.removeFilter(notice)
     if accelerator.is_main_process:
         (directory / TRAINER_STATE).write_text(json.dumps(state.checkpoint_fields()))
         for old in Path(output_dir, CHECKPOINTS_DIR).glob("step-*"):
