@@ -183,3 +183,8 @@ def test_paired_differences_and_their_intervals_resample_blocks(models, tmp_path
     assert lm_eval.main([*argv, "--out", str(tmp_path / "refused")]) == 2
     assert "--paired minilm: a reference must be one of the compared models." in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+    for option in ("--max-tokens", "--bootstrap"):
+        with pytest.raises(SystemExit) as exit_info:
+            lm_eval.main([*argv[:-2], option, "0", "--out", str(tmp_path / "refused")])
+        assert exit_info.value.code == 2
+        assert f"argument {option}: must be at least 1, got 0" in capsys.readouterr().err

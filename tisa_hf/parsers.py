@@ -79,9 +79,20 @@ def sweep_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of tokens or resamples)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     """The resamples and seed of a command's --paired intervals."""
-    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for --paired.")
+    parser.add_argument("--bootstrap", type=positive_int, default=1000, help="Bootstrap resamples for --paired.")
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap draws.")
 
 
@@ -123,7 +134,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
     parser.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=65536,
         help="Tokens per length: max-tokens // length blocks (at least one), spread over the text.",
     )
