@@ -263,18 +263,29 @@ def write_comparison(options: argparse.Namespace, overrides: list[str], results:
     (options.output_dir / "comparison.json").write_text(json.dumps(document, indent=2))
 
 
-def main(argv: list[str] | None = None) -> int:
+def script_main(
+    name: str,
+    parser: argparse.ArgumentParser,
+    compare: Callable[[argparse.Namespace, list[str]], list[dict[str, Any]]],
+    render: Callable[[list[dict[str, Any]]], str],
+    argv: list[str] | None,
+) -> int:
+    """Parse, run the comparison, write comparison.json and print the table; an expected failure is one line."""
     own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
-    parser = script_parser(__doc__.split("\n\n")[0], ["mrpc", "stsb"], [1], "runs/check-against-trainer")
     options = parser.parse_args(own)
     try:
         results = compare(options, overrides)
     except (ValueError, RuntimeError) as error:
-        print(f"check_against_trainer: {error}", file=sys.stderr)
+        print(f"{name}: {error}", file=sys.stderr)
         return 2
     write_comparison(options, overrides, results)
     print(render(results))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = script_parser(__doc__.split("\n\n")[0], ["mrpc", "stsb"], [1], "runs/check-against-trainer")
+    return script_main("check_against_trainer", parser, compare, render, argv)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,9 @@ from check_against_trainer import (
     check_finished,
     parse_settings,
     run_trainer,
+    script_main,
     script_parser,
-    split_overrides,
     tisa_hf_argv,
-    write_comparison,
 )
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -155,17 +154,8 @@ def render(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
     parser = script_parser(__doc__.split("\n\n")[0], ["rte", "mrpc"], [1, 2, 3], "runs/check-pooling")
-    options = parser.parse_args(own)
-    try:
-        results = compare(options, overrides)
-    except (ValueError, RuntimeError) as error:
-        print(f"check_pooling: {error}", file=sys.stderr)
-        return 2
-    write_comparison(options, overrides, results)
-    print(render(results))
-    return 0
+    return script_main("check_pooling", parser, compare, render, argv)
 
 
 if __name__ == "__main__":
