@@ -29,6 +29,7 @@ from tisa_hf.adapt.paired_blocks import paired_difference
 from tisa_hf.environment import machine, versions
 from tisa_hf.finetune.glue_data import get_task, load_glue
 from tisa_hf.packaged import resolve_model
+from tisa_hf.parsers import positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURES = ("first segment", "second segment", "[CLS]", "second alone")
@@ -140,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="+", help="Models to compare (paths, Hub ids or `minilm`).")
     parser.add_argument("--teacher", default="minilm", help="The original encoder; its tokenizer serves every model.")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "glue", help="GLUE TSV folder.")
-    parser.add_argument("--max-length", type=int, default=128, help="Pairs are truncated to this many tokens.")
-    parser.add_argument("--batch-size", type=int, default=64, help="Pairs per forward pass.")
+    parser.add_argument("--max-length", type=positive_int, default=128, help="Pairs are truncated to this many tokens.")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="Pairs per forward pass.")
     parser.add_argument("--paired", default=None, help="One of the models: the others' differences to it.")
     parser.add_argument("--out", type=Path, default=None, help="Write the record (JSON) here.")
     args = parser.parse_args(argv)

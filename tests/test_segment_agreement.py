@@ -88,3 +88,10 @@ def test_paired_must_name_one_of_the_models(script, capsys):
     with pytest.raises(SystemExit):
         script.main(["mrpc", "a", "b", "--paired", "c"])
     assert capsys.readouterr().err.endswith("error: --paired c is not one of the models\n")
+
+
+@pytest.mark.parametrize("option", ["--batch-size", "--max-length"])
+def test_a_count_below_one_is_refused_by_the_parser(script, option, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["mrpc", "a", option, "0"])
+    assert capsys.readouterr().err.endswith(f"error: argument {option}: must be at least 1, got 0\n")
