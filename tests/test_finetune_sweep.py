@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_bad_sweep_file_names_the_keys(tmp_path):
         plan(path)
 
 
-def test_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
+def test_sweep_runs_only_what_is_missing(tmp_path, monkeypatch, capsys):
     write_tiny_model(tmp_path / "bert")
     write_rte_tsv(tmp_path / "RTE")
     sweep = write_sweep(tmp_path)
@@ -105,6 +106,10 @@ def test_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.chdir(ROOT)
     assert main(["--config", str(sweep)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[1/2] rte baseline seed 1: done  ")
+    assert lines[1] == "[2/2] rte s3-replace seed 1: starting"
+    assert re.fullmatch(r"\[2/2\] rte s3-replace seed 1: finished in \d+\.\d min", lines[2])
     result = json.loads((tmp_path / "runs/rte/s3-replace/seed-1/metrics.json").read_text())
     assert result["steps"] == 4 and result["seed"] == 1
     assert (result["tisa"]["num_kernels"], result["tisa"]["mode"]) == (3, "replace")
@@ -160,3 +165,21 @@ def test_per_task_settings_for_a_task_outside_the_grid_are_refused(tmp_path):
     with pytest.raises(ValueError) as error:
         plan(sweep)
     assert str(error.value) == message
+
+
+def test_a_failed_run_is_reported_and_the_sweep_goes_on_to_the_next(tmp_path, monkeypatch, capsys):
+    write_tiny_model(tmp_path / "bert")  # no RTE data: every run stops at loading it
+    sweep = write_sweep(tmp_path)
+    sweep.write_text(sweep.read_text().replace('"seeds": [1, 2]', '"seeds": [1]'))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()  # drop the tiny model's saving output
+    assert main(["--config", str(sweep)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "[1/2] rte baseline seed 1: starting",
+        "[1/2] rte baseline seed 1: failed (exit code 2)",
+        "[2/2] rte s3-replace seed 1: starting",
+        "[2/2] rte s3-replace seed 1: failed (exit code 2)",
+    ]
+    assert captured.err == "tisa-hf sweep: 2 run(s) failed: [1/2] rte baseline seed 1; [2/2] rte s3-replace seed 1\n"

@@ -29,6 +29,7 @@ import logging
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {run.status}  {shlex.join(run.command)}")
             continue
         print(f"{label}: {'resuming' if run.status == 'resume' else 'starting'}", flush=True)
-        if subprocess.run(run.command, check=False).returncode != 0:
+        started = time.perf_counter()
+        returncode = subprocess.run(run.command, check=False).returncode
+        if returncode == 0:
+            print(f"{label}: finished in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+        else:
+            print(f"{label}: failed (exit code {returncode})", flush=True)
             failed.append(label)
     if failed:
         print(f"tisa-hf sweep: {len(failed)} run(s) failed: {'; '.join(failed)}", file=sys.stderr)
