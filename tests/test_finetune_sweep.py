@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.finetune_fixtures import write_rte_tsv, write_tiny_model
+from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
 from tisa_hf.finetune.sweep import main, plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,3 +184,14 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on_to_the_next(tmp_path, mo
         "[2/2] rte s3-replace seed 1: failed (exit code 2)",
     ]
     assert captured.err == "tisa-hf sweep: 2 run(s) failed: [1/2] rte baseline seed 1; [2/2] rte s3-replace seed 1\n"
+
+
+@pytest.mark.parametrize("sweep_file", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda path: path.stem)
+def test_every_shipped_sweep_gives_each_run_arguments_tisa_hf_glue_accepts(sweep_file, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative output_dirs resolve to empty folders: every run is planned as new
+    runs = plan(sweep_file)
+    assert runs and all(run.status == "new" for run in runs)
+    for run in runs:
+        flags = run.command[run.command.index("tisa_hf.glue") + 1 :]
+        settings = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
+        assert settings[2].seed == run.seed and settings[2].output_dir == str(run.output_dir)
