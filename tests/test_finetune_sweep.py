@@ -193,5 +193,5 @@ def test_every_shipped_sweep_gives_each_run_arguments_tisa_hf_glue_accepts(sweep
     assert runs and all(run.status == "new" for run in runs)
     for run in runs:
         flags = run.command[run.command.index("tisa_hf.glue") + 1 :]
-        settings = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
-        assert settings[2].seed == run.seed and settings[2].output_dir == str(run.output_dir)
+        _model, _tisa, training, _data = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
+        assert training.seed == run.seed and training.output_dir == str(run.output_dir)
