@@ -5,7 +5,7 @@ import pytest
 
 from tisa_hf.finetune.metrics import glue_metrics
 from tisa_hf.finetune.predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
-from tisa_hf.finetune.report import collect, gains, main, render, score_table
+from tisa_hf.finetune.report import collect, gains, main, render, render_paired, score_table
 
 
 def write_run(root, name, task, tisa, metrics, model="albert-base-v2", seed=None):
@@ -225,6 +225,26 @@ def test_paired_differences_to_the_baseline(paired_runs, tmp_path, capsys):
     assert "Cells: variant minus TISA S=5 (add) in points" in text
     flipped = {(e["column"], e["variant"]): e for e in json.loads(out.read_text())["paired"]["differences"]}
     assert flipped[("RTE", "baseline")]["mean"] == pytest.approx(-rte_add["mean"])
+
+
+def test_a_bound_that_rounds_to_zero_keeps_its_sign_and_first_digit():
+    entry = {
+        "model": "minilm",
+        "column": "STS-B",
+        "variant": "S=0 (bag of words)",
+        "baseline": "baseline",
+        "seeds": [1, 2, 3],
+        "mean": -9.263,
+        "low": -25.63,
+        "high": -0.0095,
+        "excludes_zero": True,
+    }
+    text = render_paired([entry], replicates=1000)
+    assert "| S=0 (bag of words) | -9.3 [-25.6, -0.009]* (3) |" in text
+    assert "Intervals that exclude 0: STS-B S=0 (bag of words) -9.3 [-25.6, -0.009]* (3)." in text
+    assert "| S=0 (bag of words) | +0.0 [-0.8, +0.8] (3) |" in render_paired(
+        [{**entry, "mean": 0.0, "low": -0.8, "high": 0.8, "excludes_zero": False}]
+    )
 
 
 def test_paired_needs_the_baseline_and_the_predictions(paired_runs, capsys):

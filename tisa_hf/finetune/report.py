@@ -339,7 +339,15 @@ def render_paired(
 
 def _paired_cell(entry: dict[str, Any]) -> str:
     star = "*" if entry["excludes_zero"] else ""
-    return f"{entry['mean']:+.1f} [{entry['low']:+.1f}, {entry['high']:+.1f}]{star} ({len(entry['seeds'])})"
+    bounds = f"[{_points(entry['low'])}, {_points(entry['high'])}]"
+    return f"{_points(entry['mean'])} {bounds}{star} ({len(entry['seeds'])})"
+
+
+def _points(value: float) -> str:
+    """A difference in points to one decimal, or to its first significant digit where one decimal would print
+    ±0.0: a bound of -0.009 decides the star, and "-0.0]*" would hide why."""
+    text = f"{value:+.1f}"
+    return f"{value:+.1g}" if value != 0 and float(text) == 0 else text
 
 
 def parse_metric_overrides(values: list[str]) -> tuple[tuple[str, str, str, str], ...]:
