@@ -1,0 +1,12 @@
+"""The one error type for what a user got wrong: a setting, an input file, a model folder, an output folder.
+
+Its message names the problem and the fix. The console entry (`tisa_hf.cli`) prints it as one line and exits
+with status 2; anything else escaping a command is a bug in tisa-hf and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """Something the user can fix, raised before expensive work starts where it can be known then. A ValueError,
+    so that code catching ValueError from tisa-hf's Python API keeps working."""
