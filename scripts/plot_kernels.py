@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from transformers import AutoModel
 
 import tisa_hf
-from tisa_hf.hub import load_run_model, read_run_metrics
+from tisa_hf.finetune.push import load_run_model, read_run_metrics
 from tisa_hf.packaged import resolve_model
 from tisa_hf.patching import tisa_bias_module
 

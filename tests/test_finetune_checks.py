@@ -21,8 +21,8 @@ from tisa_hf import hub_access
 from tisa_hf.finetune import glue as glue_module
 from tisa_hf.finetune import squad as squad_module
 from tisa_hf.finetune import trainer
-from tisa_hf.finetune.glue import main as glue
-from tisa_hf.finetune.squad import main as squad
+from tisa_hf.glue import main as glue
+from tisa_hf.squad import main as squad
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "index\tsentence1\tsentence2\tlabel\n"

@@ -3,9 +3,12 @@ import json
 import numpy as np
 import pytest
 
+from tisa_hf import cli
 from tisa_hf.finetune.metrics import glue_metrics
 from tisa_hf.finetune.predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
-from tisa_hf.finetune.report import collect, gains, main, render, render_paired, score_table
+from tisa_hf.finetune.report import collect, gains, render, render_paired, score_table
+
+main = cli.entry("report")  # `tisa-hf report`
 
 
 def write_run(root, name, task, tisa, metrics, model="albert-base-v2", seed=None):

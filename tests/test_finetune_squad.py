@@ -13,9 +13,9 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 import tisa_hf
 from tests.finetune_fixtures import WORDS, write_tiny_model
 from tisa_hf.finetune.arguments import SQUAD_ARGUMENTS, parse_arguments
-from tisa_hf.finetune.squad import main
 from tisa_hf.finetune.squad_data import prepare_eval_features, read_squad_json
 from tisa_hf.finetune.squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
+from tisa_hf.squad import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_SEQ_LENGTH, DOC_STRIDE = 40, 16  # the tiny model has 64 positions; long contexts span several windows

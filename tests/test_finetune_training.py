@@ -17,10 +17,11 @@ from tests.finetune_fixtures import glue_argv, two_process_launch, write_glue_ts
 from tisa_hf.environment import processor_name
 from tisa_hf.finetune import glue, trainer
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
-from tisa_hf.finetune.glue import main, run
+from tisa_hf.finetune.glue import run
 from tisa_hf.finetune.glue_data import get_task, load_glue
 from tisa_hf.finetune.metrics import glue_metrics
 from tisa_hf.finetune.predictions import read_predictions
+from tisa_hf.glue import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

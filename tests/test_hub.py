@@ -14,8 +14,12 @@ from PIL import Image
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 import tisa_hf
-from tisa_hf import cli, hub
+from tisa_hf import cli
+from tisa_hf.errors import UsageError
+from tisa_hf.finetune import push
 from tisa_hf.packaged import MINILM_HUB_ID
+
+push_main = cli.entry("push")  # `tisa-hf push`
 
 MINILM = tisa_hf.minilm_path()
 LAYERS, HEADS, HIDDEN, POSITIONS, KERNELS = 2, 4, 32, 64, 3
@@ -66,7 +70,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_card_metadata_carries_the_dev_metrics(run_dir):
-    card = hub.build_model_card(run_dir, repo_id="someone/bert-tisa-rte")
+    card = push.build_model_card(run_dir, repo_id="someone/bert-tisa-rte")
     reparsed = ModelCard(card.content)  # what the Hub will read back
     data = reparsed.data
     assert data.base_model == "google-bert/bert-base-uncased"
@@ -82,7 +86,7 @@ def test_card_metadata_carries_the_dev_metrics(run_dir):
 
 
 def test_card_body_sections(run_dir):
-    text = hub.build_model_card(run_dir, repo_id="someone/bert-tisa-rte").text
+    text = push.build_model_card(run_dir, repo_id="someone/bert-tisa-rte").text
     for heading in ("## Model", "## TISA settings", "## Positional parameters", "## Scoring functions"):
         assert heading in text
     assert "| num_kernels | `3` |" in text and "| mode | `add` |" in text
@@ -98,9 +102,9 @@ def test_card_body_sections(run_dir):
 
 
 def test_kernel_plot_is_written_and_linked(run_dir):
-    text = hub.build_model_card(run_dir).text
-    assert f"![TISA scoring functions]({hub.KERNEL_PLOT})" in text
-    with Image.open(run_dir / hub.KERNEL_PLOT) as image:
+    text = push.build_model_card(run_dir).text
+    assert f"![TISA scoring functions]({push.KERNEL_PLOT})" in text
+    with Image.open(run_dir / push.KERNEL_PLOT) as image:
         assert image.format == "PNG" and image.width > 100
 
 
@@ -108,18 +112,18 @@ def test_card_says_when_the_wall_time_is_unknown(tmp_path):
     run = _run_dir(tmp_path / "run")
     record = json.loads((run / "metrics.json").read_text())
     (run / "metrics.json").write_text(json.dumps({**record, "wall_time_s": None}))
-    text = hub.build_model_card(run).text
+    text = push.build_model_card(run).text
     assert "(seed 13, wall time of training and evaluation unknown)." in text
 
 
 def test_loading_snippet_reloads_the_model(run_dir):
-    counts = tisa_hf.count_positional_parameters(hub.load_run_model(run_dir))
+    counts = tisa_hf.count_positional_parameters(push.load_run_model(run_dir))
     assert counts.tisa == 3 * KERNELS * HEADS * LAYERS
 
 
 def test_replace_mode_counts_one_position_vector(tmp_path):
     run = _run_dir(tmp_path, tisa_hf.TisaConfig(num_kernels=1, mode="replace", init="zeros"))
-    text = hub.build_model_card(run).text
+    text = push.build_model_card(run).text
     tisa = 3 * HEADS * LAYERS
     assert f"| this model | {tisa} | {HIDDEN} | {tisa + HIDDEN} |" in text
     assert f"| unpatched base model | 0 | {POSITIONS * HIDDEN} |" in text
@@ -128,17 +132,17 @@ def test_replace_mode_counts_one_position_vector(tmp_path):
 
 def test_baseline_run_has_no_plot(tmp_path):
     run = _run_dir(tmp_path)
-    text = hub.build_model_card(run).text
+    text = push.build_model_card(run).text
     assert "None: this run is the unpatched baseline." in text and "## Scoring functions" not in text
-    assert not (run / hub.KERNEL_PLOT).exists()
+    assert not (run / push.KERNEL_PLOT).exists()
 
 
 def test_metrics_file_problems_are_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="metrics.json not found"):
-        hub.build_model_card(tmp_path)
+    with pytest.raises(UsageError, match="metrics.json not found"):
+        push.build_model_card(tmp_path)
     (tmp_path / "metrics.json").write_text(json.dumps({"config": {"task": "RTE"}, "seed": 1}), encoding="utf-8")
     with pytest.raises(ValueError, match="lacks metrics, versions, wall_time_s"):
-        hub.build_model_card(tmp_path)
+        push.build_model_card(tmp_path)
 
 
 def test_push_uploads_model_files_but_no_checkpoints(run_dir, monkeypatch):
@@ -148,7 +152,7 @@ def test_push_uploads_model_files_but_no_checkpoints(run_dir, monkeypatch):
     )
     monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: calls.setdefault("upload", kwargs))
 
-    hub.push_run(run_dir, "someone/bert-tisa-rte", private=True)
+    push.push_run(run_dir, "someone/bert-tisa-rte", private=True)
 
     assert calls["create"] == ("someone/bert-tisa-rte", {"private": True, "exist_ok": True})
     upload = calls["upload"]
@@ -163,7 +167,7 @@ def test_push_uploads_model_files_but_no_checkpoints(run_dir, monkeypatch):
         "config.json",
         "tokenizer.json",
         "README.md",
-        hub.KERNEL_PLOT,
+        push.KERNEL_PLOT,
         "metrics.json",
     } <= uploaded
     assert not any(name.startswith(("checkpoint-", "runs/")) for name in uploaded)
@@ -174,24 +178,24 @@ def test_push_uploads_model_files_but_no_checkpoints(run_dir, monkeypatch):
 def test_cli_passes_arguments(run_dir, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_test")
     seen = {}
-    monkeypatch.setattr(hub, "push_run", lambda run, repo, private: seen.update(run=run, repo=repo, private=private))
-    assert hub.main([str(run_dir), "someone/x", "--private"]) == 0
+    monkeypatch.setattr(push, "push_run", lambda run, repo, private: seen.update(run=run, repo=repo, private=private))
+    assert push_main([str(run_dir), "someone/x", "--private"]) == 0
     assert seen == {"run": run_dir, "repo": "someone/x", "private": True}
 
 
 def test_card_names_the_hub_id_of_the_base_model(tmp_path):
-    card = hub.build_model_card(_run_dir(tmp_path / "minilm-run", base_model="minilm"), repo_id="someone/x")
+    card = push.build_model_card(_run_dir(tmp_path / "minilm-run", base_model="minilm"), repo_id="someone/x")
     assert ModelCard(card.content).data.base_model == MINILM_HUB_ID == "sentence-transformers/all-MiniLM-L6-v2"
     assert f"- Base model: `{MINILM_HUB_ID}`" in card.text
     named, unnamed = tmp_path / "named", tmp_path / "unnamed"
     for folder, origin in ((named, "google-bert/bert-base-uncased"), (unnamed, "/home/me/models/bert")):
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"model_type": "bert", "_name_or_path": origin}))
-    assert hub.base_model_id(str(named)) == "google-bert/bert-base-uncased"
-    assert hub.base_model_id(str(unnamed)) is None
-    assert hub.base_model_id(str(tmp_path)) is None  # a folder without config.json
-    assert hub.base_model_id("albert/albert-base-v2") == "albert/albert-base-v2"
-    local = hub.build_model_card(_run_dir(tmp_path / "local-run", base_model=str(unnamed)))
+    assert push.base_model_id(str(named)) == "google-bert/bert-base-uncased"
+    assert push.base_model_id(str(unnamed)) is None
+    assert push.base_model_id(str(tmp_path)) is None  # a folder without config.json
+    assert push.base_model_id("albert/albert-base-v2") == "albert/albert-base-v2"
+    local = push.build_model_card(_run_dir(tmp_path / "local-run", base_model=str(unnamed)))
     assert ModelCard(local.content).data.base_model is None
 
 
@@ -232,14 +236,14 @@ def test_failed_push_is_one_line_with_the_retry_command(run_dir, monkeypatch, ca
 
 
 def test_push_checks_what_it_can_before_building_the_card(run_dir, monkeypatch, capsys):
-    monkeypatch.setattr(hub, "build_model_card", lambda *args, **kwargs: 1 / 0)
+    monkeypatch.setattr(push, "build_model_card", lambda *args, **kwargs: 1 / 0)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    assert hub.main([str(run_dir), "someone/x"]) == 2
+    assert push_main([str(run_dir), "someone/x"]) == 2
     assert (
         capsys.readouterr().err
         == "tisa-hf push: HF_HUB_OFFLINE is set, so nothing can be uploaded to someone/x; unset it.\n"
     )
-    assert hub.main([str(run_dir), "some one/x"]) == 2
+    assert push_main([str(run_dir), "some one/x"]) == 2
     assert capsys.readouterr().err.startswith("tisa-hf push: 'some one/x' is not a Hub repository id (")
 
 
@@ -248,5 +252,5 @@ def test_card_names_the_machine_the_run_recorded(tmp_path):
     record = json.loads((run / "metrics.json").read_text())
     machine = {"device": "cuda", "gpu": "NVIDIA H200", "processor": "Intel Xeon", "cpu_count": 16, "torch_threads": 16}
     (run / "metrics.json").write_text(json.dumps({**record, "machine": machine}))
-    text = hub.build_model_card(run).text
+    text = push.build_model_card(run).text
     assert "(seed 13, wall time of training and evaluation 123 s on cuda (NVIDIA H200))." in text

@@ -16,6 +16,9 @@ from tests.finetune_fixtures import write_tiny_model, write_wikitext
 from tisa_hf.adapt import lm_eval
 from tisa_hf.adapt.interpolation import PositionInterpolation, interpolated_rows
 from tisa_hf.adapt.text import mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
+from tisa_hf.cli import entry
+
+lm_eval_main = entry("lm-eval")  # `tisa-hf lm-eval`
 
 TABLE = 16
 LENGTHS = [8, 16, 64]  # 64 is 4x the table
@@ -65,7 +68,7 @@ def models(tmp_path_factory):
 def evaluate(models, out, *specs, extra=()):
     argv = [*specs, "--teacher", str(models / "teacher"), "--text", str(models / "test.txt"), "--out", str(out)]
     argv += ["--lengths", *map(str, LENGTHS), "--max-tokens", str(MAX_TOKENS), "--batch-tokens", "100", *extra]
-    assert lm_eval.main(argv) == 0
+    assert lm_eval_main(argv) == 0
     return json.loads((out / lm_eval.RESULTS_FILE).read_text())
 
 
@@ -140,12 +143,12 @@ def test_one_mlm_head_for_every_model(models, tmp_path, capsys):
 
     # finished results stay unless --overwrite; a head checkpoint must hold a head
     argv = [encoder, "--teacher", teacher, "--text", str(models / "test.txt"), "--lengths", "8"]
-    assert lm_eval.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert lm_eval_main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert "lm_eval.json exists; choose another --out or pass --overwrite." in capsys.readouterr().err
     argv = [teacher, "--mlm-head", encoder, "--text", str(models / "test.txt"), "--lengths", "8"]
-    assert lm_eval.main([*argv, "--out", str(tmp_path / "other")]) == 2
+    assert lm_eval_main([*argv, "--out", str(tmp_path / "other")]) == 2
     assert "holds no MLM head (its config names TisaBertModel)" in capsys.readouterr().err
-    assert lm_eval.main([teacher, "--text", str(models / "test.txt"), "--lengths", "4096", "--out", "x"]) == 2
+    assert lm_eval_main([teacher, "--text", str(models / "test.txt"), "--lengths", "4096", "--out", "x"]) == 2
     assert "is too short for --lengths 4096: it gives no block of that length." in capsys.readouterr().err
 
 
@@ -180,11 +183,11 @@ def test_paired_differences_and_their_intervals_resample_blocks(models, tmp_path
     assert cell in tables.split(f"minus {teacher}'s")[2]
 
     argv = [student, "--teacher", teacher, "--text", str(models / "test.txt"), "--lengths", "8", "--paired", "minilm"]
-    assert lm_eval.main([*argv, "--out", str(tmp_path / "refused")]) == 2
+    assert lm_eval_main([*argv, "--out", str(tmp_path / "refused")]) == 2
     assert "--paired minilm: a reference must be one of the compared models." in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
     for option in ("--max-tokens", "--bootstrap"):
         with pytest.raises(SystemExit) as exit_info:
-            lm_eval.main([*argv[:-2], option, "0", "--out", str(tmp_path / "refused")])
+            lm_eval_main([*argv[:-2], option, "0", "--out", str(tmp_path / "refused")])
         assert exit_info.value.code == 2
         assert f"argument {option}: must be at least 1, got 0" in capsys.readouterr().err

@@ -1,4 +1,10 @@
-"""`tisa-hf` command line: one subcommand per job, each implemented in its own module."""
+"""`tisa-hf` command line: one subcommand per job, each implemented in its own module, and the one error boundary.
+
+A command raises `tisa_hf.errors.UsageError` for what the user got wrong; `main` prints it as one line,
+`tisa-hf COMMAND: message`, and exits with status 2 (with its traceback under `--debug` or `TISA_HF_DEBUG=1`).
+Anything else escaping a command is a bug and keeps its traceback. `python -m tisa_hf.glue` and the other
+launcher entries come through here too.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,14 @@ import importlib
 import logging
 import os
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import huggingface_hub.utils
+
+from .errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -61,11 +71,15 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.parsers:lm_eval_parser",
         "Teacher agreement and masked-token loss against input length.",
     ),
-    "push": Command("tisa_hf.hub", "tisa_hf.parsers:push_parser", "Upload a run's model with a model card to the Hub."),
+    "push": Command(
+        "tisa_hf.finetune.push", "tisa_hf.parsers:push_parser", "Upload a run's model with a model card to the Hub."
+    ),
     "bench": Command(
         "tisa_hf.bench", "tisa_hf.parsers:bench_parser", "Speed and memory of TISA against plain attention."
     ),
 }
+DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`
+DEBUG_VARIABLE = "TISA_HF_DEBUG"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PROGRESS_BAR_SWITCHES = (("transformers.utils.logging", "disable_progress_bar"), ("datasets", "disable_progress_bars"))
 
@@ -87,11 +101,7 @@ def print_command_help(name: str, command: Command, args: list[str]) -> int:
     if isinstance(options, tuple):
         from .finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
 
-        try:
-            parse_arguments(options, args, prog=f"tisa-hf {name}")
-        except ValueError as error:  # a --config file that cannot be read
-            print(f"tisa-hf {name}: {error}", file=sys.stderr)
-            return 2
+        parse_arguments(options, args, prog=f"tisa-hf {name}")  # a --config file that cannot be read: UsageError
     else:
         options().parse_args(args)
     return 0
@@ -116,21 +126,44 @@ def configure_logging() -> None:
             getattr(sys.modules[module], switch)()
 
 
+def entry(name: str) -> Callable[[list[str] | None], int]:
+    """`tisa-hf NAME ARGS` as a function of ARGS (default `sys.argv[1:]`), its errors reported as `main` reports
+    them: the entry of `python -m tisa_hf.glue` and the other launcher modules."""
+
+    def run_command(argv: list[str] | None = None) -> int:
+        return main([name, *(sys.argv[1:] if argv is None else argv)])
+
+    return run_command
+
+
+def debugging(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether a usage error shows its traceback (`--debug` before the command, or `TISA_HF_DEBUG=1`), and the
+    arguments without `--debug`."""
+    asked = argv[:1] == [DEBUG_OPTION]
+    return asked or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"), argv[1:] if asked else argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    debug, argv = debugging(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, COMMANDS))
         lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
-        print("usage: tisa-hf COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines))
+        print(f"usage: tisa-hf [{DEBUG_OPTION}] COMMAND [ARGS]\n\ncommands:\n" + "\n".join(lines))
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"tisa-hf: unknown command {command!r}; choose from {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
-    if asks_for_help(rest):
-        return print_command_help(command, COMMANDS[command], rest)
-    configure_logging()
-    return _load(COMMANDS[command].run)(rest) or 0
+    try:
+        if asks_for_help(rest):
+            return print_command_help(command, COMMANDS[command], rest)
+        configure_logging()
+        return _load(COMMANDS[command].run)(rest) or 0
+    except UsageError as error:
+        if debug:
+            traceback.print_exc()
+        print(f"tisa-hf {command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from .analysis.positional_attention import analyze_profiles
 from .analysis.scoring import compare_scoring_to_profiles
 from .config import TisaConfig
 from .counting import count_positional_parameters
+from .errors import usage_errors
 from .hub_access import loading_errors, model_remedy, model_source
 from .parsers import demo_parser
 from .patching import position_table_length
@@ -43,21 +43,17 @@ def plot_profiles_and_kernels(model, path: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = demo_parser().parse_args(argv)
-    try:
-        return run(args)
-    except ValueError as error:
-        print(f"tisa-hf demo: {error}", file=sys.stderr)
-        return 2
+    return run(demo_parser().parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
     source = model_source(args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
+    with usage_errors():
+        tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
     start = time.perf_counter()
-    with loading_errors(args.model, model_remedy()):
+    with loading_errors(args.model, model_remedy()), usage_errors():
         model = AutoModelForSequenceClassification.from_pretrained(
             source.path, num_labels=2, tisa=tisa, local_files_only=source.local_files_only
         ).eval()

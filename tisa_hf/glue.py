@@ -1,8 +1,10 @@
-"""Entry point for `accelerate launch -m tisa_hf.glue ...` (same options as `tisa-hf glue`)."""
+"""Entry point for `accelerate launch -m tisa_hf.glue ...`: `tisa-hf glue`, same options and error reporting."""
 
 import sys
 
-from .finetune.glue import main
+from .cli import entry
+
+main = entry("glue")
 
 if __name__ == "__main__":
     sys.exit(main())

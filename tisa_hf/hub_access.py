@@ -1,5 +1,5 @@
-"""Where models and datasets come from, checked before anything is loaded, and one clear message when the
-Hugging Face Hub cannot be reached.
+"""The Hugging Face Hub seen from tisa-hf: where models and datasets come from, checked before anything is loaded;
+whether an upload can work; one clear message when the Hub cannot be reached.
 
 Without a network, transformers and datasets retry for half a minute and end in chained tracebacks; a short
 probe of the Hub's endpoint answers the same question in at most `PROBE_TIMEOUT_S`. Light on purpose (no torch):
@@ -17,6 +17,7 @@ import huggingface_hub
 from huggingface_hub import constants, errors
 from huggingface_hub.utils import get_session, validate_repo_id
 
+from .errors import UsageError
 from .packaged import MINILM_ALIAS, resolve_model
 
 PROBE_TIMEOUT_S = 3.0
@@ -79,36 +80,36 @@ def model_source(name: str, option: str = "--model") -> ModelSource:
     """Checks that `name` (`minilm`, a local folder or a Hub id) can be loaded, without loading it.
 
     A Hub id is fine when the Hub answers, or when the local cache holds it (then it is read from the cache only,
-    skipping transformers' retries). Anything else is a ValueError naming the problem and the way out.
+    skipping transformers' retries). Anything else is a UsageError naming the problem and the way out.
     """
     try:
         path = resolve_model(name)
     except ImportError as error:
-        raise ValueError(f"{option} {name}: {error}") from None
+        raise UsageError(f"{option} {name}: {error}") from error
     remedy = model_remedy(option)
     if os.path.isdir(path):
         return ModelSource(path)
     if os.path.exists(path):
-        raise ValueError(f"{option} {name} is a file; it takes a model folder or a Hub id: {remedy}.")
+        raise UsageError(f"{option} {name} is a file; it takes a model folder or a Hub id: {remedy}.")
     try:
         validate_repo_id(path)
-    except errors.HFValidationError:
-        raise ValueError(f"{option} {name}: no such folder, and not a Hub model id either; {remedy}.") from None
+    except errors.HFValidationError as error:
+        raise UsageError(f"{option} {name}: no such folder, and not a Hub model id either; {remedy}.") from error
     if hub_reachable():
         return ModelSource(path)
     if isinstance(huggingface_hub.try_to_load_from_cache(path, "config.json"), str):
         return ModelSource(path, local_files_only=True)
-    raise ValueError(
+    raise UsageError(
         f"{option} {name} is not a local folder and not in the local Hub cache, and {_offline_reason()}, so it "
         f"cannot be downloaded; {remedy}."
     )
 
 
 def check_hub_dataset(name: str, remedy: str) -> None:
-    """Before `datasets.load_dataset(name)`: a ValueError naming `remedy` when the Hub cannot be reached. In
+    """Before `datasets.load_dataset(name)`: a UsageError naming `remedy` when the Hub cannot be reached. In
     offline mode the datasets cache is used, and `loading_errors` reports a dataset it does not hold."""
     if not huggingface_hub.is_offline_mode() and not hub_reachable():
-        raise ValueError(
+        raise UsageError(
             f"The dataset {name} comes from the Hugging Face Hub, which is unreachable; {remedy} (or set "
             "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache)."
         )
@@ -116,8 +117,20 @@ def check_hub_dataset(name: str, remedy: str) -> None:
 
 @contextmanager
 def loading_errors(what: str, remedy: str) -> Iterator[None]:
-    """Turns what a failed `from_pretrained` or `load_dataset` raises into one ValueError line."""
+    """Turns what a failed `from_pretrained` or `load_dataset` raises into one UsageError line."""
     try:
         yield
     except LOADING_ERRORS as error:
-        raise ValueError(f"Could not load {what}: {describe_error(error)}; {remedy}.") from None
+        raise UsageError(f"Could not load {what}: {describe_error(error)}; {remedy}.") from error
+
+
+def check_push_target(repo_id: str) -> None:
+    """Raises UsageError when an upload to `repo_id` cannot work: a malformed id, offline mode, or no token."""
+    try:
+        validate_repo_id(repo_id)
+    except errors.HFValidationError as error:
+        raise UsageError(f"{repo_id!r} is not a Hub repository id ({error}); use e.g. user/bert-tisa-rte.") from error
+    if huggingface_hub.is_offline_mode():
+        raise UsageError(f"HF_HUB_OFFLINE is set, so nothing can be uploaded to {repo_id}; unset it.")
+    if huggingface_hub.get_token() is None:
+        raise UsageError(f"Uploading to {repo_id} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN.")

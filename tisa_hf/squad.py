@@ -1,8 +1,10 @@
-"""Entry point for `accelerate launch -m tisa_hf.squad ...` (same options as `tisa-hf squad`)."""
+"""Entry point for `accelerate launch -m tisa_hf.squad ...`: `tisa-hf squad`, same options and error reporting."""
 
 import sys
 
-from .finetune.squad import main
+from .cli import entry
+
+main = entry("squad")
 
 if __name__ == "__main__":
     sys.exit(main())

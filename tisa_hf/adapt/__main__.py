@@ -1,8 +1,10 @@
-"""Entry point for `accelerate launch -m tisa_hf.adapt ...` (same options as `tisa-hf adapt`)."""
+"""Entry point for `accelerate launch -m tisa_hf.adapt ...`: `tisa-hf adapt`, same options and error reporting."""
 
 import sys
 
-from .run import main
+from ..cli import entry
+
+main = entry("adapt")
 
 if __name__ == "__main__":
     sys.exit(main())

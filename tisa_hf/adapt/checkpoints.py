@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..config_types import plain_model_config
+from ..errors import UsageError
 from ..packaged import resolve_model
 from ..patching import position_table_length
 from .objectives import mlm_head_of
@@ -38,7 +39,7 @@ class CheckpointFacts:
         try:
             config = AutoConfig.from_pretrained(path)
         except (OSError, ValueError) as error:
-            raise ValueError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from None
+            raise UsageError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from error
         architectures = tuple(config.architectures or ())
         tisa = getattr(config, "tisa", None)
         with torch.device("meta"):  # the architecture without its weights

@@ -37,6 +37,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
 from ..environment import machine, versions
+from ..errors import UsageError
 from ..packaged import resolve_model
 from ..parsers import lm_eval_parser
 from .checkpoints import CheckpointFacts
@@ -65,7 +66,7 @@ class ModelSpec:
         interpolated = spec.startswith(INTERPOLATION_PREFIX)
         facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX))
         if interpolated and facts.tisa is not None:
-            raise ValueError(f"{spec}: interpolation stretches a position table; give the unpatched model.")
+            raise UsageError(f"{spec}: interpolation stretches a position table; give the unpatched model.")
         return cls(spec, facts, interpolated)
 
     def reads(self, length: int) -> bool:
@@ -155,35 +156,35 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     """Checks every request against the configs, the tokenizer and the text; loads no weights."""
     out = Path(args.out)
     if (out / RESULTS_FILE).is_file() and not args.overwrite:
-        raise ValueError(f"{out / RESULTS_FILE} exists; choose another --out or pass --overwrite.")
+        raise UsageError(f"{out / RESULTS_FILE} exists; choose another --out or pass --overwrite.")
     lengths = sorted(set(args.lengths))
     if lengths[0] < 3:
-        raise ValueError(f"--lengths must be at least 3 tokens ([CLS], a token, [SEP]); got {lengths[0]}.")
+        raise UsageError(f"--lengths must be at least 3 tokens ([CLS], a token, [SEP]); got {lengths[0]}.")
     unknown = [reference for reference in args.paired if reference not in args.models]
     if unknown:
-        raise ValueError(f"--paired {' '.join(unknown)}: a reference must be one of the compared models.")
+        raise UsageError(f"--paired {' '.join(unknown)}: a reference must be one of the compared models.")
     specs = [ModelSpec.parse(spec) for spec in args.models]
     teacher = CheckpointFacts.read(args.teacher) if args.teacher else None
     head_source = CheckpointFacts.read(args.mlm_head) if args.mlm_head else None
     if head_source is not None and not head_source.has_mlm_head:
-        raise ValueError(
+        raise UsageError(
             f"--mlm-head {args.mlm_head} holds no MLM head (its config names {', '.join(head_source.architectures)}); "
             "give the output of `tisa-hf adapt --objective mlm --train head`."
         )
     for facts in [head_source] if head_source else [spec.facts for spec in specs if spec.facts.has_mlm_head]:
         facts.check_mlm_head_module()
     if teacher is None and head_source is None and not any(spec.facts.has_mlm_head for spec in specs):
-        raise ValueError(
+        raise UsageError(
             "Nothing to measure: give --teacher (agreement) or an MLM head (--mlm-head, or a *ForMaskedLM model)."
         )
     everyone = [spec.facts for spec in specs] + [facts for facts in (teacher, head_source) if facts is not None]
     if len({facts.vocab_size for facts in everyone}) > 1:
         sizes = ", ".join(f"{facts.name}: {facts.vocab_size}" for facts in everyone)
-        raise ValueError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
+        raise UsageError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.tokenizer or (teacher or specs[0].facts).path))
     documents = tokenize_articles(read_articles(args.text), tokenizer)
     if not block_count(documents, lengths[-1]):
-        raise ValueError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")
+        raise UsageError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")
     data = {}
     for length in lengths:
         blocks = spread_selection(pack_blocks(documents, length, tokenizer), max(1, args.max_tokens // length))
@@ -340,11 +341,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = lm_eval_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        record = run(args)
-    except ValueError as error:
-        print(f"tisa-hf lm-eval: {error}", file=sys.stderr)
-        return 2
+    record = run(args)
     print(json.dumps({"out": args.out, "models": list(record["models"])}))
     return 0
 

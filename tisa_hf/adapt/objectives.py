@@ -24,6 +24,7 @@ from torch import nn
 from transformers import DataCollatorForLanguageModeling, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
+from ..errors import UsageError
 from .text import special_tokens_mask
 
 DistillLoss = Literal["cosine", "mse"]
@@ -49,7 +50,7 @@ def mlm_head_of(model: PreTrainedModel) -> nn.Module:
     heads = {name: module for name, module in model.named_children() if module is not model.base_model}
     if model.base_model is model or len(heads) != 1:
         found = ", ".join(heads) or "none"
-        raise ValueError(
+        raise UsageError(
             f"{type(model).__name__} has no MLM head in one module (modules besides the encoder: {found}); the "
             "masked-LM objective and measure take heads like BERT's, RoBERTa's and ALBERT's. Use distillation."
         )

@@ -15,7 +15,6 @@ checkpoints live in `checkpoints/` until the run finishes.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,19 +24,11 @@ from torch.utils.data import DataLoader, StackDataset
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, default_data_collator
 
 from ..config import TisaConfig
-from ..finetune.arguments import ModelArguments, resolved_config
+from ..errors import UsageError
+from ..finetune.arguments import ModelArguments
 from ..finetune.plan import RunPlan, plan_run
-from ..finetune.runs import (
-    command_main,
-    finish_run,
-    init_trackers,
-    load_model_and_tokenizer,
-    mark_adapted,
-    run_record,
-    save_run_config,
-    start_run,
-)
-from ..finetune.trainer import TrainingStage, build_optimizer, fit, resolve_schedule, train_dataloader
+from ..finetune.runs import Task, TaskData, command_main, load_model_and_tokenizer, mark_adapted, run_task
+from ..finetune.trainer import TrainingStage, resolve_schedule, train_dataloader
 from ..hub_access import loading_errors, model_remedy
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
@@ -81,9 +72,9 @@ def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt
     name = facts.name
     if adapt_args.train == "head":
         if adapt_args.objective != "mlm":
-            raise ValueError("--train head fits an MLM head, so it goes with --objective mlm.")
+            raise UsageError("--train head fits an MLM head, so it goes with --objective mlm.")
         if requested is not None:
-            raise ValueError(
+            raise UsageError(
                 "--train head fits an MLM head on the model as it is and trains no kernels; leave out the --tisa "
                 "options (fit the head on the original model, or on an already adapted one)."
             )
@@ -91,24 +82,24 @@ def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt
     if adapt_args.objective == "mlm":
         facts.check_mlm_head_module()
     if adapt_args.objective == "mlm" and not facts.has_mlm_head:
-        raise ValueError(
+        raise UsageError(
             f"--objective mlm needs an MLM head and {name} has none (its config names "
             f"{', '.join(facts.architectures) or 'no architecture'}); fit one first with `tisa-hf adapt --model "
             f"{name} --objective mlm --train head --output-dir HEAD_DIR` and adapt HEAD_DIR, or use "
             "--objective distill."
         )
     if requested is not None and facts.tisa is not None:
-        raise ValueError(f"{name} already has TISA ({facts.tisa}); leave out the --tisa options to adapt it further.")
+        raise UsageError(f"{name} already has TISA ({facts.tisa}); leave out the --tisa options to adapt it further.")
     if adapt_args.objective == "distill" and facts.tisa is not None:
-        raise ValueError(
+        raise UsageError(
             f"--objective distill needs the original model as its teacher, but {name} already has TISA; "
             "give the unpatched checkpoint and the --tisa options."
         )
     tisa = requested or facts.tisa
     if tisa is None:
-        raise ValueError(f"Nothing to adapt: give --tisa.num_kernels (and --tisa.mode) to patch {name} with TISA.")
+        raise UsageError(f"Nothing to adapt: give --tisa.num_kernels (and --tisa.mode) to patch {name} with TISA.")
     if adapt_args.train == "kernels" and tisa.num_kernels == 0:
-        raise ValueError(
+        raise UsageError(
             "--train kernels, but num_kernels is 0 (the bag-of-words model has no kernels); use --train all."
         )
     return tisa
@@ -119,20 +110,20 @@ def _check_lengths(
 ) -> None:
     lengths = adapt_args.lengths
     if min(lengths) < 3 or any(a >= b for a, b in zip(lengths, lengths[1:], strict=False)):
-        raise ValueError(f"--lengths must increase (short to long) and be at least 3 tokens; got {lengths}.")
+        raise UsageError(f"--lengths must increase (short to long) and be at least 3 tokens; got {lengths}.")
     if args.max_steps < len(lengths):
-        raise ValueError(f"--max-steps {args.max_steps} is fewer than the {len(lengths)} lengths of the curriculum.")
+        raise UsageError(f"--max-steps {args.max_steps} is fewer than the {len(lengths)} lengths of the curriculum.")
     table, longest = facts.table_length, max(lengths)
     if longest <= table:
         return
     if adapt_args.objective == "distill":
-        raise ValueError(
+        raise UsageError(
             f"--objective distill compares with the teacher, which reads at most {table} tokens, and --lengths has "
             f"{longest}; keep the lengths <= {table}, or train longer blocks with --objective mlm in replace mode."
         )
     if tisa is None or tisa.mode != "replace":
         kept_by = "TISA mode='add'" if tisa is not None else "the unpatched model"
-        raise ValueError(
+        raise UsageError(
             f"--lengths has {longest} tokens but {facts.name}'s position table holds {table}, which {kept_by} keeps; "
             f"use --tisa.mode replace, or lengths <= {table}."
         )
@@ -143,20 +134,20 @@ def _check_text(
 ) -> None:
     train, held_out = documents
     if adapt_args.held_out_fraction > 0 and len(articles) < 2:
-        raise ValueError(
+        raise UsageError(
             f"{path} has a single article, so none can be held out for evaluation; give a text of several articles "
             "(WikiText ' = Title = ' headings) or --held-out-fraction 0."
         )
     for length in adapt_args.lengths:
         blocks = block_count(train, length)
         if blocks < batch_size:
-            raise ValueError(
+            raise UsageError(
                 f"{path} is too short for --lengths {length}: its training articles give {blocks} block(s) of "
                 f"{length} tokens, fewer than one batch of {batch_size} (--train-batch-size); use a longer text, "
                 "shorter lengths or a smaller batch."
             )
         if held_out and not block_count(held_out, length):
-            raise ValueError(
+            raise UsageError(
                 f"{path}: the {len(held_out)} held-out article(s) give no block of {length} tokens; raise "
                 "--held-out-fraction or use a longer text."
             )
@@ -171,9 +162,9 @@ def plan_adaptation(
     """Checks every request against the run folder, the checkpoint's config, the tokenizer and the text; loads no
     weights. `args` has its schedule resolved."""
     if adapt_args.train_text is None:
-        raise ValueError("--train-text is required: a plain-text file such as WikiText's valid.txt.")
+        raise UsageError("--train-text is required: a plain-text file such as WikiText's valid.txt.")
     if not 0 <= adapt_args.held_out_fraction < 1:
-        raise ValueError(f"--held-out-fraction must be in [0, 1); got {adapt_args.held_out_fraction}.")
+        raise UsageError(f"--held-out-fraction must be in [0, 1); got {adapt_args.held_out_fraction}.")
     run_plan = plan_run(model_args, tisa_args, args, adapt_args)
     facts = CheckpointFacts.read(model_args.model)
     tisa = _check_settings(facts, tisa_args, adapt_args)
@@ -256,22 +247,23 @@ def held_out_loaders(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_siz
     return loaders
 
 
-def evaluation_callback(accelerator: Accelerator, objective: nn.Module, loaders: dict[int, DataLoader]):
+class HeldOutLossEvaluator:
     """The objective's loss on the held-out blocks of every length (token-weighted over all processes)."""
 
-    def evaluate() -> dict[str, dict[str, float]]:
+    def __init__(self, accelerator: Accelerator, objective: nn.Module, loaders: dict[int, DataLoader]) -> None:
+        self.accelerator, self.objective, self.loaders = accelerator, objective, loaders
+
+    def __call__(self) -> dict[str, dict[str, float]]:
         losses = {}
-        for length, loader in loaders.items():
+        for length, loader in self.loaders.items():
             total, count = 0.0, 0
             for batch in loader:
-                output = objective(**batch)
-                sums, counts = accelerator.gather_for_metrics((output.sums, output.counts))
+                output = self.objective(**batch)
+                sums, counts = self.accelerator.gather_for_metrics((output.sums, output.counts))
                 total += sums.sum().item()
                 count += counts.sum().item()
             losses[str(length)] = total / count
         return {"held_out_loss": losses}
-
-    return evaluate
 
 
 def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_size: int) -> dict[str, Any]:
@@ -295,6 +287,42 @@ def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_si
     return record
 
 
+class Adaptation(Task):
+    """Adapting an encoder to TISA on plain text: a curriculum of block lengths, the objective's held-out loss as
+    its evaluation, and the student (the model inside the objective) as the saved model."""
+
+    name = project = "adapt"
+
+    def plan(self) -> RunPlan:
+        # The steps are always given: this resolves the warm-up ratio, before the run folder is checked.
+        self.args = resolve_schedule(self.args, num_batches=self.args.max_steps)
+        self.adaptation = plan_adaptation(*self.settings)
+        return self.adaptation.run
+
+    def load_model(self, plan: RunPlan, accelerator: Accelerator):
+        objective = build_objective(self.adaptation, self.tisa_args, self.task_args)
+        if isinstance(objective, DistillationObjective):
+            objective.teacher.to(accelerator.device)
+        return objective, self.adaptation.tokenizer
+
+    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
+        return TaskData(
+            training_stages(self.adaptation, self.task_args, batch_size, self.args.seed),
+            held_out_loaders(self.adaptation, self.task_args, self.args.eval_batch_size),
+        )
+
+    def evaluator(self, accelerator: Accelerator, model: nn.Module, loaders: dict[int, DataLoader]):
+        return HeldOutLossEvaluator(accelerator, model, loaders)
+
+    def trained_model(self, model: nn.Module) -> PreTrainedModel:
+        return model.model  # the student inside the objective
+
+    def documents(self, record: dict[str, Any], model: PreTrainedModel, evaluator: Any, state: Any) -> dict[str, Any]:
+        record["adaptation"] = adaptation_record(self.adaptation, self.task_args, self.args.train_batch_size)
+        mark_adapted(model, record["model"], self.task_args.objective, self.task_args.train)
+        return {}
+
+
 def run(
     model_args: ModelArguments,
     tisa_args: AdaptTisaArguments,
@@ -302,37 +330,7 @@ def run(
     adapt_args: AdaptArguments,
 ) -> dict[str, Any]:
     """One adaptation run; returns what it writes to metrics.json."""
-    started = time.perf_counter()
-    args = resolve_schedule(args, num_batches=args.max_steps)  # steps are always given: resolves the warm-up ratio
-    plan = plan_adaptation(model_args, tisa_args, args, adapt_args)
-    config = resolved_config(model_args, tisa_args, args, adapt_args)
-    accelerator, batch_size = start_run(args, plan.run)
-    save_run_config(accelerator, plan.run, args.output_dir, config)
-    objective = build_objective(plan, tisa_args, adapt_args)
-    if isinstance(objective, DistillationObjective):
-        objective.teacher.to(accelerator.device)
-    stages = training_stages(plan, adapt_args, batch_size, args.seed)
-    eval_loaders = held_out_loaders(plan, adapt_args, args.eval_batch_size)
-    optimizer, scheduler = build_optimizer(objective, args, tisa_args.tisa_lr)
-    objective, optimizer, scheduler, *loaders = accelerator.prepare(
-        objective, optimizer, scheduler, *(stage.dataloader for stage in stages), *eval_loaders.values()
-    )
-    for stage, loader in zip(stages, loaders[: len(stages)], strict=True):
-        stage.dataloader = loader
-    eval_loaders = dict(zip(eval_loaders, loaders[len(stages) :], strict=True))
-    init_trackers(accelerator, "adapt", config)
-    evaluate = evaluation_callback(accelerator, objective, eval_loaders)
-    state = fit(
-        accelerator, objective, optimizer, scheduler, stages, evaluate, args,
-        resume_from=plan.run.resume_from, started=started,
-    )  # fmt: skip
-
-    student = accelerator.unwrap_model(objective).model
-    record = run_record("adapt", student, args, state, accelerator, config)
-    record["adaptation"] = adaptation_record(plan, adapt_args, args.train_batch_size)
-    mark_adapted(student, record["model"], adapt_args.objective, adapt_args.train)
-    finish_run(accelerator, student, plan.tokenizer, args, record)
-    return record
+    return run_task(Adaptation(model_args, tisa_args, args, adapt_args))
 
 
 def main(argv: list[str] | None = None) -> int:

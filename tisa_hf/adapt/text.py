@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
+from ..errors import UsageError
+
 TITLE_LINE = re.compile(r"^ = (?!= )(.*) = $")
 HEADING_MARKERS = re.compile(r"^ (?:= )+(.*?)(?: =)+ $")
 # WikiText splits numbers and hyphenated words with @-marked tokens ("1 @,@ 000", "M @-@ 82"); undone here so
@@ -29,7 +31,7 @@ def read_articles(path: str | Path) -> list[str]:
     """The articles of a text file, each as one string of its non-empty lines (headings without their `=`)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"Text file {path} does not exist.")
+        raise UsageError(f"Text file {path} does not exist.")
     articles: list[list[str]] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
@@ -39,7 +41,7 @@ def read_articles(path: str | Path) -> list[str]:
         heading = HEADING_MARKERS.match(line)
         articles[-1].append(heading.group(1) if heading else line.strip())
     if not articles:
-        raise ValueError(f"Text file {path} is empty; give a file of plain text (e.g. WikiText's valid.txt).")
+        raise UsageError(f"Text file {path} is empty; give a file of plain text (e.g. WikiText's valid.txt).")
     return [" ".join(lines) for lines in articles]
 
 
@@ -69,7 +71,7 @@ def block_count(documents: list[list[int]], length: int) -> int:
 def pack_blocks(documents: list[list[int]], length: int, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """(blocks, length) token ids: the documents joined by [SEP] and cut into `[CLS] ... [SEP]` blocks."""
     if length < 3:
-        raise ValueError(f"A block needs at least 3 tokens ([CLS], one token, [SEP]); got length {length}.")
+        raise UsageError(f"A block needs at least 3 tokens ([CLS], one token, [SEP]); got length {length}.")
     separator = tokenizer.sep_token_id
     stream = [token for document in documents for token in (*document, separator)]
     body = length - 2

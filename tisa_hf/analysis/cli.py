@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ..parsers import analyze_parser, compare_parser
@@ -37,11 +36,7 @@ def _analyze_one(path_or_id: str, args: argparse.Namespace, layers: list[int] | 
 
 def analyze(argv: list[str]) -> int:
     args = analyze_parser().parse_args(argv)
-    try:
-        result = _analyze_one(args.model, args, args.layers)
-    except ValueError as error:
-        print(f"tisa-hf analyze: error: {error}", file=sys.stderr)
-        return 2
+    result = _analyze_one(args.model, args, args.layers)
     out = Path(args.out)
     figures = save_figures(result, out)
     write_metrics(result, out)
@@ -52,16 +47,12 @@ def analyze(argv: list[str]) -> int:
 
 def compare(argv: list[str]) -> int:
     args = compare_parser().parse_args(argv)
-    try:
-        check_scores(args.scores, len(args.models))
-        metrics = {}
-        for name in args.models:
-            report = saved_report(name)
-            metrics[name] = report if report is not None else _analyze_one(name, args).metrics
-        rows = comparison_rows(metrics, args.scores)
-    except ValueError as error:
-        print(f"tisa-hf compare: error: {error}", file=sys.stderr)
-        return 2
+    check_scores(args.scores, len(args.models))
+    metrics = {}
+    for name in args.models:
+        report = saved_report(name)
+        metrics[name] = report if report is not None else _analyze_one(name, args).metrics
+    rows = comparison_rows(metrics, args.scores)
     print(format_table(rows))
     if args.out:
         for path in write_comparison(rows, Path(args.out), args.score_name):

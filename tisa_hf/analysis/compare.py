@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..errors import UsageError
 from .pipeline import key_numbers
 
 REPORT_SECTIONS = ("embeddings_toeplitz", "positional_profiles", "probing")  # what key_numbers reads
@@ -27,7 +28,7 @@ def saved_report(path: str) -> dict | None:
     metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
     missing = [key for key in REPORT_SECTIONS if key not in metrics]
     if missing:
-        raise ValueError(
+        raise UsageError(
             f"{metrics_file} is not a `tisa-hf analyze` report (it lacks {', '.join(missing)}), and {folder} holds "
             "no model (config.json); pass a report folder, a model folder or a Hub id."
         )
@@ -36,7 +37,7 @@ def saved_report(path: str) -> dict | None:
 
 def check_scores(scores: list[float] | None, num_models: int) -> None:
     if scores is not None and len(scores) != num_models:
-        raise ValueError(f"--scores needs one score per model: got {len(scores)} scores for {num_models} models.")
+        raise UsageError(f"--scores needs one score per model: got {len(scores)} scores for {num_models} models.")
 
 
 def comparison_rows(metrics: dict[str, dict], scores: list[float] | None = None) -> list[dict]:

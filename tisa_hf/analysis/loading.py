@@ -5,6 +5,7 @@ from __future__ import annotations
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..adapters import base_model_type, find_base_model
+from ..errors import UsageError, usage_errors
 from ..hub_access import LOADING_ERRORS, describe_error, loading_errors, model_remedy, model_source
 from ..names import plain_implementation
 from ..patching import position_table_length, tisa_config_of
@@ -14,11 +15,11 @@ def load_model(path_or_id: str) -> PreTrainedModel:
     """The base encoder of a local folder or Hub id (a TISA checkpoint comes back patched), with eager
     attention so that attention probabilities can be read. `minilm` names the packaged MiniLM."""
     source = model_source(path_or_id, option="model")
-    with loading_errors(f"a model from {path_or_id!r}", model_remedy("model")):
+    with loading_errors(f"a model from {path_or_id!r}", model_remedy("model")), usage_errors():
         model = AutoModel.from_pretrained(
             source.path, attn_implementation="eager", local_files_only=source.local_files_only
         )
-    find_base_model(model)
+        find_base_model(model)
     return model.eval()
 
 
@@ -27,10 +28,10 @@ def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(source.path, local_files_only=source.local_files_only)
     except (*LOADING_ERRORS, ValueError) as error:  # ValueError: a model folder without tokenizer files
-        raise ValueError(
+        raise UsageError(
             f"Could not load a tokenizer from {path_or_id!r} ({describe_error(error)}). The probing and trace "
             "analyses need one: pass --tokenizer PATH_OR_ID."
-        ) from None
+        ) from error
 
 
 def use_eager_attention(model: PreTrainedModel) -> None:

@@ -10,6 +10,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..environment import versions
+from ..errors import UsageError
 from .embeddings import (
     VARIANCE_LEVELS,
     AmplitudeSpectrum,
@@ -64,10 +65,10 @@ class AnalysisResult:
 def analysis_length(model: PreTrainedModel, max_len: int) -> int:
     """Positions to analyse: `max_len`, checked against the position table."""
     if max_len < 4:
-        raise ValueError(f"--max-len must be at least 4, got {max_len}.")
+        raise UsageError(f"--max-len must be at least 4, got {max_len}.")
     available = position_table(model).shape[0]
     if max_len > available:
-        raise ValueError(
+        raise UsageError(
             f"--max-len {max_len} exceeds the position table of this model ({available} positions); "
             f"use --max-len {available} or less."
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from ..errors import UsageError
 from ..profiles import extract_positional_profiles
 
 
@@ -38,7 +39,7 @@ def select_layers(layers: list[int] | None, num_layers: int) -> list[int]:
         return list(range(num_layers))
     wrong = [layer for layer in layers if not 0 <= layer < num_layers]
     if wrong:
-        raise ValueError(f"Layer(s) {wrong} do not exist; this model has layers 0 .. {num_layers - 1}.")
+        raise UsageError(f"Layer(s) {wrong} do not exist; this model has layers 0 .. {num_layers - 1}.")
     return sorted(set(layers))
 
 
@@ -53,7 +54,7 @@ def analyze_profiles(
     chosen = select_layers(layers, profiles.logits.shape[0])
     query_positions = query_positions or default_query_positions(length)
     if any(not 0 <= q < length for q in query_positions):
-        raise ValueError(f"Query positions {query_positions} must lie in 0 .. {length - 1}.")
+        raise UsageError(f"Query positions {query_positions} must lie in 0 .. {length - 1}.")
     return ProfileAnalysis(
         layers=chosen,
         logits=profiles.logits[chosen],

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..errors import UsageError
 from .indicators import (
     LOCAL_OFFSETS,
     average_in_group_variance,
@@ -50,7 +51,7 @@ def special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
     first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     last = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     if first is None or last is None:
-        raise ValueError("The tokenizer has no [CLS]/[SEP] (or <s>/</s>) tokens to frame the probing sequence.")
+        raise UsageError("The tokenizer has no [CLS]/[SEP] (or <s>/</s>) tokens to frame the probing sequence.")
     return first, last
 
 
@@ -58,7 +59,7 @@ def identical_word_ids(tokenizer: PreTrainedTokenizerBase, word: str, length: in
     """(1, length) ids: the opening special token, `word` repeated, the closing special token."""
     pieces = tokenizer.tokenize(word)
     if len(pieces) != 1:
-        raise ValueError(
+        raise UsageError(
             f"The probing word {word!r} splits into {len(pieces)} tokens {pieces}; choose a single-token word."
         )
     first, last = special_ids(tokenizer)
@@ -103,10 +104,10 @@ def read_texts(path: str | Path) -> list[str]:
     """One text per non-empty line of a UTF-8 file."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"Text file {path} does not exist.")
+        raise UsageError(f"Text file {path} does not exist.")
     texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not texts:
-        raise ValueError(f"Text file {path} holds no text; put one sentence or paragraph per line.")
+        raise UsageError(f"Text file {path} holds no text; put one sentence or paragraph per line.")
     return texts
 
 

@@ -18,6 +18,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..config import TisaConfig
+from ..errors import UsageError, usage_errors
 
 NESTED_SECTIONS = ("tisa",)
 
@@ -78,7 +79,8 @@ def _tisa_arguments() -> type:
         """The TisaConfig these options ask for, or None for the baseline."""
         if self.tisa_num_kernels is None:
             return None
-        return TisaConfig(**{f.name: getattr(self, f"tisa_{f.name}") for f in dataclasses.fields(TisaConfig)})
+        with usage_errors():
+            return TisaConfig(**{f.name: getattr(self, f"tisa_{f.name}") for f in dataclasses.fields(TisaConfig)})
 
     return dataclasses.make_dataclass(
         "TisaArguments", specs, namespace={"tisa_config": tisa_config, "__module__": __name__}
@@ -147,16 +149,16 @@ class TrainingArguments:
     def __post_init__(self) -> None:
         """Settings that cannot work are refused here, before any data or model is loaded."""
         if self.max_steps is not None and self.max_steps <= 0:
-            raise ValueError(f"max_steps must be positive (or unset, to use num_train_epochs); got {self.max_steps}.")
+            raise UsageError(f"max_steps must be positive (or unset, to use num_train_epochs); got {self.max_steps}.")
         if self.max_steps is None and self.num_train_epochs <= 0:
-            raise ValueError(f"num_train_epochs must be positive; got {self.num_train_epochs}.")
+            raise UsageError(f"num_train_epochs must be positive; got {self.num_train_epochs}.")
         if self.warmup_steps < 0 or not 0.0 <= self.warmup_ratio <= 1.0:
-            raise ValueError(
+            raise UsageError(
                 f"warmup_steps must be >= 0 and warmup_ratio in [0, 1]; got {self.warmup_steps} and "
                 f"{self.warmup_ratio}."
             )
         if self.load_best_model_at_end and self.eval_steps <= 0:
-            raise ValueError(
+            raise UsageError(
                 "load_best_model_at_end needs eval_steps > 0: with a single evaluation at the end the best model is "
                 "the last one."
             )
@@ -224,12 +226,12 @@ def flatten_config(values: dict[str, Any]) -> dict[str, Any]:
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     try:
         values = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ValueError(f"Config file {path} does not exist.") from None
+    except FileNotFoundError as error:
+        raise UsageError(f"Config file {path} does not exist.") from error
     except yaml.YAMLError as error:
-        raise ValueError(f"Config file {path} is not valid YAML: {error}") from None
+        raise UsageError(f"Config file {path} is not valid YAML: {error}") from error
     if not isinstance(values, dict):
-        raise ValueError(f"Config file {path} must hold a mapping of settings, not {type(values).__name__}.")
+        raise UsageError(f"Config file {path} must hold a mapping of settings, not {type(values).__name__}.")
     return flatten_config(values)
 
 
@@ -262,7 +264,7 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: st
         fields = {f.name for dtype in dataclass_types for f in dataclasses.fields(dtype)}
         unknown = sorted(set(values) - fields)
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"Config file {known.config} has unknown setting(s) {', '.join(unknown)}; "
                 f"the settings are {', '.join(sorted(fields))}."
             )

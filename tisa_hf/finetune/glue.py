@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import datasets
@@ -24,18 +23,11 @@ from .arguments import GLUE_ARGUMENTS, GlueDataArguments, ModelArguments, TisaAr
 from .glue_data import GlueTask, get_task, load_glue
 from .metrics import glue_metrics
 from .plan import RunPlan, plan_run
-from .predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
-from .runs import (
-    command_main,
-    finish_run,
-    init_trackers,
-    load_model_and_tokenizer,
-    resolve_settings,
-    run_record,
-    start_run,
-)
+from .predictions import RunPredictions, SplitPredictions
+from .run_folder import PREDICTIONS_FILE
+from .runs import Task, TaskData, command_main, load_model_and_tokenizer, run_task
 from .splits import first_examples
-from .trainer import build_optimizer, fit, train_dataloader
+from .trainer import TrainerState, train_dataloader
 
 logger = logging.getLogger(__name__)
 
@@ -95,42 +87,45 @@ def load_model(plan: RunPlan, tisa_args: TisaArguments, task: GlueTask):
     return model, tokenizer
 
 
+class GlueClassification(Task):
+    """A GLUE task: sentence (pair) classification or, for STS-B, regression; its dev predictions are saved."""
+
+    project = "glue"
+
+    def plan(self) -> RunPlan:
+        self.task = get_task(self.task_args.task)
+        self.name, self.score = self.task.name, self.task.main_score
+        plan = plan_run(*self.settings)
+        self.raw = load_task_data(self.task, self.task_args)
+        return plan
+
+    def load_model(self, plan: RunPlan, accelerator: Accelerator):
+        return load_model(plan, self.tisa_args, self.task)
+
+    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
+        encoded = tokenize(self.raw, self.task, tokenizer, self.task_args.max_seq_length)
+        collate = DataCollatorWithPadding(tokenizer)
+        return TaskData(
+            train_dataloader(encoded["train"], batch_size, collate, self.args.seed),
+            {
+                split: DataLoader(encoded[split], batch_size=self.args.eval_batch_size, collate_fn=collate)
+                for split in self.task.eval_splits
+            },
+        )
+
+    def evaluator(self, accelerator: Accelerator, model: torch.nn.Module, loaders: dict[str, DataLoader]):
+        return GlueEvaluator(accelerator, model, self.task, loaders)
+
+    def documents(self, record: dict[str, Any], model: Any, evaluator: Any, state: TrainerState) -> dict[str, Any]:
+        return {PREDICTIONS_FILE: RunPredictions(self.task.name, state.model_step, evaluator.outputs).to_json()}
+
+
 def run(
     model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, data_args: GlueDataArguments
 ) -> dict[str, Any]:
     """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source and data are
     all checked before the model is loaded."""
-    started = time.perf_counter()
-    task = get_task(data_args.task)
-    plan = plan_run(model_args, tisa_args, args, data_args)
-    raw = load_task_data(task, data_args)
-    accelerator, batch_size = start_run(args, plan)
-    model, tokenizer = load_model(plan, tisa_args, task)
-    with accelerator.main_process_first():
-        encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length)
-    collate = DataCollatorWithPadding(tokenizer)
-    train_loader = train_dataloader(encoded["train"], batch_size, collate, args.seed)
-    eval_loaders = [
-        DataLoader(encoded[split], batch_size=args.eval_batch_size, collate_fn=collate) for split in task.eval_splits
-    ]
-    (_, _, args, _), config, steps_per_epoch = resolve_settings(
-        accelerator, plan, (model_args, tisa_args, args, data_args), len(train_loader)
-    )
-    optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
-    model, optimizer, scheduler, train_loader, *eval_loaders = accelerator.prepare(
-        model, optimizer, scheduler, train_loader, *eval_loaders
-    )
-    init_trackers(accelerator, "glue", config)
-    evaluate = GlueEvaluator(accelerator, model, task, dict(zip(task.eval_splits, eval_loaders, strict=True)))
-    state = fit(
-        accelerator, model, optimizer, scheduler, train_loader, evaluate, args, task.main_score,
-        resume_from=plan.resume_from, started=started,
-    )  # fmt: skip
-
-    record = run_record(task.name, model, args, state, accelerator, config, steps_per_epoch)
-    predictions = RunPredictions(task.name, state.model_step, evaluate.outputs)
-    finish_run(accelerator, model, tokenizer, args, record, {PREDICTIONS_FILE: predictions.to_json()})
-    return record
+    return run_task(GlueClassification(model_args, tisa_args, args, data_args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import datasets
 
+from ..errors import UsageError
 from ..hub_access import check_hub_dataset, loading_errors
 from .splits import no_examples, require_examples
 
@@ -89,7 +90,7 @@ TASKS: dict[str, GlueTask] = {
 def get_task(name: str) -> GlueTask:
     key = name.lower().replace("-", "")
     if key not in TASKS:
-        raise ValueError(f"Unknown GLUE task {name!r}; choose from {', '.join(TASKS)}.")
+        raise UsageError(f"Unknown GLUE task {name!r}; choose from {', '.join(TASKS)}.")
     return TASKS[key]
 
 
@@ -97,14 +98,14 @@ def _label_value(task: GlueTask, raw: str | int | float, where: str) -> int | fl
     if task.is_regression:
         try:
             return float(raw)
-        except ValueError:
-            raise ValueError(f"{where}: STS-B score {raw!r} is not a number.") from None
+        except ValueError as error:
+            raise UsageError(f"{where}: STS-B score {raw!r} is not a number.") from error
     text = str(raw).strip()
     if text in task.label_names:
         return task.label_names.index(text)
     if text.isdigit() and int(text) < task.num_labels:
         return int(text)
-    raise ValueError(f"{where}: label {raw!r} is not one of {', '.join(task.label_names)} for {task.name}.")
+    raise UsageError(f"{where}: label {raw!r} is not one of {', '.join(task.label_names)} for {task.name}.")
 
 
 def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
@@ -118,11 +119,11 @@ def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
         rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = None if isinstance(task.tsv_columns[0], int) else next(rows, None)
         if header is None and not isinstance(task.tsv_columns[0], int):
-            raise ValueError(f"{path} is empty; GLUE {task.folder} files start with a header row.")
+            raise UsageError(f"{path} is empty; GLUE {task.folder} files start with a header row.")
         if header is not None:
             missing = [name for name in task.tsv_columns if name not in header]
             if missing:
-                raise ValueError(
+                raise UsageError(
                     f"{path}:1: header lacks column(s) {', '.join(missing)} of GLUE {task.folder}; it has "
                     f"{', '.join(header)}."
                 )
@@ -133,9 +134,9 @@ def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
         for row in rows:
             where = f"{path}:{rows.line_num}"
             if width is not None and len(row) != width:
-                raise ValueError(f"{where}: expected {width} tab-separated fields, found {len(row)}.")
+                raise UsageError(f"{where}: expected {width} tab-separated fields, found {len(row)}.")
             if width is None and len(row) <= max(positions):
-                raise ValueError(
+                raise UsageError(
                     f"{where}: expected at least {max(positions) + 1} tab-separated fields, found {len(row)}."
                 )
             *texts, label = (row[position] for position in positions)
@@ -149,7 +150,7 @@ def _task_folder(data_dir: Path, task: GlueTask) -> Path:
     for folder in (data_dir / task.folder, data_dir):
         if (folder / "train.tsv").is_file():
             return folder
-    raise ValueError(f"No {task.folder}/train.tsv under {data_dir}; --data-dir takes the GLUE folder or the task's.")
+    raise UsageError(f"No {task.folder}/train.tsv under {data_dir}; --data-dir takes the GLUE folder or the task's.")
 
 
 def load_glue_tsv(data_dir: str | Path, task: GlueTask) -> datasets.DatasetDict:
@@ -157,7 +158,7 @@ def load_glue_tsv(data_dir: str | Path, task: GlueTask) -> datasets.DatasetDict:
     splits = {"train": read_glue_tsv(folder / "train.tsv", task)}
     for split, filename in task.dev_files:
         if not (folder / filename).is_file():
-            raise ValueError(f"{folder / filename} is missing; GLUE {task.folder} is scored on it.")
+            raise UsageError(f"{folder / filename} is missing; GLUE {task.folder} is scored on it.")
         splits[split] = read_glue_tsv(folder / filename, task)
     return datasets.DatasetDict(splits)
 
@@ -172,7 +173,9 @@ def check_json_file(path: Path) -> None:
         document = json.loads(text)
     except json.JSONDecodeError as document_error:
         if text.lstrip().startswith("[") or text.count("\n") <= 1:
-            raise ValueError(f"{path}:{document_error.lineno}: malformed JSON ({document_error.msg}).") from None
+            raise UsageError(
+                f"{path}:{document_error.lineno}: malformed JSON ({document_error.msg})."
+            ) from document_error
     else:
         if document == []:
             raise no_examples(str(path))
@@ -182,7 +185,7 @@ def check_json_file(path: Path) -> None:
             try:
                 json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: malformed JSON line ({error.msg}).") from None
+                raise UsageError(f"{path}:{number}: malformed JSON line ({error.msg}).") from error
 
 
 def check_csv_file(path: Path) -> None:
@@ -193,11 +196,11 @@ def check_csv_file(path: Path) -> None:
         rows = csv.reader(handle)
         header = next(rows, None)
         if header is None:
-            raise ValueError(f"{path}:1: empty CSV file, expected a header row.")
+            raise UsageError(f"{path}:1: empty CSV file, expected a header row.")
         examples = 0
         for row in rows:
             if row and len(row) != len(header):
-                raise ValueError(f"{path}:{rows.line_num}: expected {len(header)} fields, found {len(row)}.")
+                raise UsageError(f"{path}:{rows.line_num}: expected {len(header)} fields, found {len(row)}.")
             examples += bool(row)
     if not examples:
         raise no_examples(str(path))
@@ -211,21 +214,21 @@ def load_data_files(train_file: str, validation_file: str, task: GlueTask) -> da
     files = {"train": Path(train_file), task.eval_splits[0]: Path(validation_file)}
     builders = {DATA_FILE_BUILDERS.get(path.suffix.lower()) for path in files.values()}
     if len(builders) != 1 or None in builders:
-        raise ValueError(
+        raise UsageError(
             f"--train-file and --validation-file must both be .csv or both .json/.jsonl; got {train_file}, "
             f"{validation_file}."
         )
     builder = builders.pop()
     for path in files.values():
         if not path.is_file():
-            raise ValueError(f"Data file {path} does not exist.")
+            raise UsageError(f"Data file {path} does not exist.")
         (check_csv_file if builder == "csv" else check_json_file)(path)
     loaded = datasets.load_dataset(builder, data_files={split: str(path) for split, path in files.items()})
     needed = (*task.text_columns, "label")
     for split, dataset in loaded.items():
         missing = [name for name in needed if name not in dataset.column_names]
         if missing:
-            raise ValueError(
+            raise UsageError(
                 f"{files[split]} lacks column(s) {', '.join(missing)}; {task.name} needs {', '.join(needed)}."
             )
     for split, dataset in loaded.items():
@@ -244,12 +247,12 @@ def load_glue(
 ) -> datasets.DatasetDict:
     """The task's train split and dev split(s), from whichever source is given (the Hub when none is)."""
     if data_dir and (train_file or validation_file):
-        raise ValueError("Give either --data-dir (GLUE TSV files) or --train-file/--validation-file, not both.")
+        raise UsageError("Give either --data-dir (GLUE TSV files) or --train-file/--validation-file, not both.")
     if data_dir:
         return load_glue_tsv(data_dir, task)
     if train_file or validation_file:
         if not (train_file and validation_file):
-            raise ValueError("--train-file and --validation-file go together.")
+            raise UsageError("--train-file and --validation-file go together.")
         return load_data_files(train_file, validation_file, task)
     remedy = "pass --data-dir with the GLUE TSV files, or --train-file and --validation-file"
     check_hub_dataset(dataset_name, remedy)

@@ -8,6 +8,8 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from ..errors import UsageError
+
 Metric = Callable[[np.ndarray, np.ndarray], float]  # (predictions, labels) -> score
 
 METRICS: dict[str, Metric] = {
@@ -46,5 +48,5 @@ def glue_metrics(task: str, logits: np.ndarray, labels: np.ndarray) -> dict[str,
 def glue_metric(task: str, name: str, logits: np.ndarray, labels: np.ndarray) -> float:
     """One of the task's official metrics (what a bootstrap recomputes thousands of times)."""
     if name not in TASK_METRICS[task]:
-        raise ValueError(f"{task} has no metric {name!r}; its metrics are {', '.join(TASK_METRICS[task])}.")
+        raise UsageError(f"{task} has no metric {name!r}; its metrics are {', '.join(TASK_METRICS[task])}.")
     return METRICS[name](predictions_from_logits(task, logits), np.asarray(labels))

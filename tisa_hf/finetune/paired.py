@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UsageError
 from .predictions import SplitPredictions
 
 # The score of a model's predictions on the dev examples at the given indices (repeats allowed).
@@ -50,12 +51,12 @@ def paired_bootstrap(
     """
     seeds = tuple(sorted(set(variant) & set(baseline)))
     if not seeds:
-        raise ValueError("The two variants have no seed in common, so there is nothing to pair.")
+        raise UsageError("The two variants have no seed in common, so there is nothing to pair.")
     labels = baseline[seeds[0]].labels
     for side in (variant, baseline):
         for run_seed in seeds:
             if not np.array_equal(side[run_seed].labels, labels):
-                raise ValueError(
+                raise UsageError(
                     f"The predictions of seed {run_seed} are on other dev examples (labels differ); paired "
                     "differences need the same dev set for every run."
                 )

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..hub import check_push_target
-from ..hub_access import ModelSource, model_source
+from ..errors import UsageError
+from ..hub_access import ModelSource, check_push_target, model_source
 from .arguments import ModelArguments, TrainingArguments, resolved_config
-from .run_folder import check_output_dir
+from .run_folder import RunFolder
 
 
 @dataclass(frozen=True)
@@ -24,23 +24,24 @@ class RunPlan:
 
 
 def model_sources(model_args: ModelArguments) -> tuple[ModelSource, ModelSource]:
-    """Where the model and the tokenizer load from (`model_source`); raises ValueError."""
+    """Where the model and the tokenizer load from (`model_source`); raises UsageError."""
     model = model_source(model_args.model)
     return model, model if model_args.tokenizer is None else model_source(model_args.tokenizer, "--tokenizer")
 
 
 def plan_run(*settings: Any) -> RunPlan:
-    """Checks the parsed settings of one run (the dataclass instances of its command); raises ValueError."""
+    """Checks the parsed settings of one run (the dataclass instances of its command); raises UsageError."""
     model_args = next(value for value in settings if isinstance(value, ModelArguments))
     args = next(value for value in settings if isinstance(value, TrainingArguments))
-    resume_from = check_output_dir(args.output_dir, resolved_config(*settings), args.resume, args.overwrite_output_dir)
+    folder = RunFolder(args.output_dir)
+    resume_from = folder.check(resolved_config(*settings), args.resume, args.overwrite_output_dir)
     model, tokenizer = model_sources(model_args)
     if args.push_to_hub:
         try:
             check_push_target(args.push_to_hub)
         except ValueError as error:
-            raise ValueError(
+            raise UsageError(
                 f"--push-to-hub: {error} Or train without --push-to-hub and upload later with "
                 f"`tisa-hf push {args.output_dir} {args.push_to_hub}`."
-            ) from None
+            ) from error
     return RunPlan(resume_from, model, tokenizer)

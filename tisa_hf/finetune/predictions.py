@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-PREDICTIONS_FILE = "predictions.json"
+from ..errors import UsageError
+from .run_folder import RunFolder
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class RunPredictions:
 
 
 def read_predictions(run_dir: str | Path) -> RunPredictions:
-    path = Path(run_dir, PREDICTIONS_FILE)
+    path = RunFolder(run_dir).predictions_file
     if not path.is_file():
-        raise ValueError(f"{path} does not exist: the run was made before runs saved their dev predictions; rerun it.")
+        raise UsageError(f"{path} does not exist: the run was made before runs saved their dev predictions; rerun it.")
     return RunPredictions.from_json(json.loads(path.read_text()))

@@ -12,8 +12,8 @@ interval over dev examples and seeds, from the runs' predictions files; `--json 
 from __future__ import annotations
 
 import json
+import logging
 import statistics
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,11 +22,15 @@ from typing import Any
 import numpy as np
 
 from ..environment import describe_machine
+from ..errors import UsageError
 from ..parsers import report_parser
 from .glue_data import TASKS
 from .metrics import glue_metric
 from .paired import paired_bootstrap
-from .predictions import PREDICTIONS_FILE, SplitPredictions, read_predictions
+from .predictions import SplitPredictions, read_predictions
+from .run_folder import METRICS_FILE, PREDICTIONS_FILE, RunFolder
+
+logger = logging.getLogger(__name__)
 
 # (column, task, dev split) in the paper's column order; each column reports its task's main metric.
 COLUMN_SPLITS: tuple[tuple[str, str, str], ...] = (
@@ -125,19 +129,27 @@ def label_variants(results: list[dict[str, Any]]) -> None:
 
 
 def collect(runs_dir: str | Path, mode: str | None = None, seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Every run's metrics.json under `runs_dir`, with its folder (`run_dir`) and `variant` (`label_variants`);
+    """Every run's metrics.json under `runs_dir`, with its folder (`run_dir`) and `variant` (`label_variants`),
+    skipping with a warning a record that cannot be read (`RunFolder.read_record`);
     with `mode`, only the baselines and the TISA runs of that mode; with `seeds`, only runs of those seeds (the
     balanced part of a grid that is still running)."""
-    paths = sorted(Path(runs_dir).rglob("metrics.json"))
+    paths = sorted(Path(runs_dir).rglob(METRICS_FILE))
     if not paths:
-        raise ValueError(f"No metrics.json under {runs_dir}; point report at the folder holding the runs.")
-    results = [{**json.loads(path.read_text()), "run_dir": str(path.parent)} for path in paths]
+        raise UsageError(f"No {METRICS_FILE} under {runs_dir}; point report at the folder holding the runs.")
+    results = []
+    for path in paths:
+        try:
+            record = RunFolder(path.parent).read_record()
+        except UsageError as error:  # a damaged record leaves the other runs' table intact
+            logger.warning("Skipping %s: %s", path.parent, error)
+            continue
+        results.append({**record, "run_dir": str(path.parent)})
     results = [result for result in results if mode is None or not result["tisa"] or result["tisa"]["mode"] == mode]
     if seeds is not None:
         found = sorted({result["seed"] for result in results if result.get("seed") is not None})
         results = [result for result in results if result.get("seed") in seeds]
         if not results:
-            raise ValueError(
+            raise UsageError(
                 f"No run of seed(s) {', '.join(map(str, seeds))} under {runs_dir}; "
                 f"its runs have seed(s) {', '.join(map(str, found)) or 'none recorded'}."
             )
@@ -224,11 +236,11 @@ def _paired_runs(results: list[dict[str, Any]], baseline: str) -> dict[tuple[str
     runs: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for result in results:
         if result.get("seed") is None:
-            raise ValueError(f"{result['run_dir']}/metrics.json names no seed, so it cannot be paired; rerun it.")
+            raise UsageError(f"{result['run_dir']}/{METRICS_FILE} names no seed, so it cannot be paired; rerun it.")
         seeds = runs[(compared_model(result), result["task"], result["variant"])]
         other = seeds.get(result["seed"])
         if other is not None:
-            raise ValueError(
+            raise UsageError(
                 f"{other['run_dir']} and {result['run_dir']} are both seed {result['seed']} of {result['variant']} on "
                 f"{result['task']}; keep one of them in the folder to pair them."
             )
@@ -236,7 +248,7 @@ def _paired_runs(results: list[dict[str, Any]], baseline: str) -> dict[tuple[str
     for model in sorted({model for model, _, _ in runs}):
         variants = sorted({variant for m, _, variant in runs if m == model}, key=_variant_order)
         if baseline not in variants:
-            raise ValueError(
+            raise UsageError(
                 f"--paired {baseline!r}: no such variant for {model}; its variants are {', '.join(variants)}."
             )
     return runs
@@ -263,9 +275,9 @@ def paired_differences(
             if column_task == task:
                 pairs.append((model, column, task, split, metric, variant, {s: (by_seed[s], base[s]) for s in common}))
     needed = sorted({run["run_dir"] for *_, seeds in pairs for both in seeds.values() for run in both})
-    missing = [run_dir for run_dir in needed if not (Path(run_dir) / PREDICTIONS_FILE).is_file()]
+    missing = [run_dir for run_dir in needed if not RunFolder(run_dir).predictions_file.is_file()]
     if missing:
-        raise ValueError(
+        raise UsageError(
             f"--paired needs the dev predictions of every paired run; {len(missing)} run(s) have no "
             f"{PREDICTIONS_FILE} (made before runs saved them): {', '.join(missing)}. Rerun them or leave out --paired."
         )
@@ -356,31 +368,27 @@ def parse_metric_overrides(values: list[str]) -> tuple[tuple[str, str, str, str]
     for value in values:
         task, sep, metric = value.partition("=")
         if not sep or task not in TASKS:
-            raise ValueError(f"--metric takes TASK=METRIC with TASK one of {', '.join(TASKS)}; got {value!r}.")
+            raise UsageError(f"--metric takes TASK=METRIC with TASK one of {', '.join(TASKS)}; got {value!r}.")
         chosen[task] = metric
     return tuple((column, task, split, chosen.get(task, metric)) for column, task, split, metric in DEFAULT_COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = report_parser().parse_args(argv)
-    try:
-        columns = parse_metric_overrides(options.metric)
-        results = collect(options.runs_dir, options.mode, options.seeds)
-        text = render(score_table(results, columns), columns, spread=options.spread) + machines_note(results)
-        document: dict[str, Any] = {"runs": results}
-        if options.paired:
-            entries = paired_differences(results, options.paired, columns, options.bootstrap, options.bootstrap_seed)
-            text += "\n" + render_paired(entries, columns, options.bootstrap)
-            document["paired"] = {
-                "baseline": options.paired,
-                "replicates": options.bootstrap,
-                "bootstrap_seed": options.bootstrap_seed,
-                "confidence": 0.95,
-                "differences": entries,
-            }
-    except ValueError as error:
-        print(f"tisa-hf report: {error}", file=sys.stderr)
-        return 2
+    columns = parse_metric_overrides(options.metric)
+    results = collect(options.runs_dir, options.mode, options.seeds)
+    text = render(score_table(results, columns), columns, spread=options.spread) + machines_note(results)
+    document: dict[str, Any] = {"runs": results}
+    if options.paired:
+        entries = paired_differences(results, options.paired, columns, options.bootstrap, options.bootstrap_seed)
+        text += "\n" + render_paired(entries, columns, options.bootstrap)
+        document["paired"] = {
+            "baseline": options.paired,
+            "replicates": options.bootstrap,
+            "bootstrap_seed": options.bootstrap_seed,
+            "confidence": 0.95,
+            "differences": entries,
+        }
     print(text)
     if options.out:
         Path(options.out).write_text(text)

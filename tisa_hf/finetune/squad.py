@@ -10,7 +10,6 @@ and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,18 +20,10 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
 from .arguments import SQUAD_ARGUMENTS, ModelArguments, SquadArguments, TisaArguments, TrainingArguments
-from .plan import plan_run
-from .runs import (
-    command_main,
-    finish_run,
-    init_trackers,
-    load_model_and_tokenizer,
-    resolve_settings,
-    run_record,
-    start_run,
-)
+from .plan import RunPlan, plan_run
+from .runs import Task, TaskData, command_main, load_model_and_tokenizer, run_task
 from .squad_data import build_squad_task, load_squad_data
-from .trainer import build_optimizer, fit, train_dataloader
+from .trainer import train_dataloader
 
 EVAL_SPLIT = "validation"
 MAIN_METRIC = "f1"  # the official scripts' F1 (v2.0: over all questions, at no-answer threshold 0)
@@ -46,25 +37,59 @@ def task_name(squad_args: SquadArguments) -> str:
     return "squad_v2" if squad_args.version_2_with_negative else "squad"
 
 
-def evaluation_callback(
-    accelerator: Accelerator,
-    model: nn.Module,
-    dataloader: DataLoader,
-    compute_metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
-):
+class SquadEvaluator:
     """SQuAD scores of the dev set from the start/end logits of every feature, gathered from all processes in
     dataset order (padding duplicates dropped)."""
 
-    def evaluate() -> dict[str, dict[str, float]]:
+    def __init__(
+        self,
+        accelerator: Accelerator,
+        model: nn.Module,
+        dataloader: DataLoader,
+        compute_metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]],
+    ) -> None:
+        self.accelerator, self.model, self.dataloader, self.compute_metrics = (
+            accelerator, model, dataloader, compute_metrics
+        )  # fmt: skip
+
+    def __call__(self) -> dict[str, dict[str, float]]:
         starts, ends = [], []
-        for batch in dataloader:
-            outputs = model(**batch)
-            start_logits, end_logits = accelerator.gather_for_metrics((outputs.start_logits, outputs.end_logits))
+        for batch in self.dataloader:
+            outputs = self.model(**batch)
+            start_logits, end_logits = self.accelerator.gather_for_metrics((outputs.start_logits, outputs.end_logits))
             starts.append(start_logits.float().cpu().numpy())
             ends.append(end_logits.float().cpu().numpy())
-        return {EVAL_SPLIT: compute_metrics(np.concatenate(starts), np.concatenate(ends))}
+        return {EVAL_SPLIT: self.compute_metrics(np.concatenate(starts), np.concatenate(ends))}
 
-    return evaluate
+
+class SquadQuestionAnswering(Task):
+    """SQuAD v1.1 or v2.0: extractive question answering scored with the official EM/F1."""
+
+    score = staticmethod(main_score)
+
+    def plan(self) -> RunPlan:
+        self.name = self.project = task_name(self.task_args)
+        plan = plan_run(*self.settings)
+        self.raw = load_squad_data(self.task_args)
+        return plan
+
+    def load_model(self, plan: RunPlan, accelerator: Accelerator):
+        return load_model_and_tokenizer(AutoModelForQuestionAnswering, plan, self.tisa_args)
+
+    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
+        train_dataset, eval_dataset, _, self.compute_metrics = build_squad_task(self.task_args, self.raw, tokenizer)
+        # Features are padded to max_seq_length already, so the default collator only stacks them.
+        return TaskData(
+            train_dataloader(train_dataset, batch_size, default_data_collator, self.args.seed),
+            {
+                EVAL_SPLIT: DataLoader(
+                    eval_dataset, batch_size=self.args.eval_batch_size, collate_fn=default_data_collator
+                )
+            },
+        )
+
+    def evaluator(self, accelerator: Accelerator, model: nn.Module, loaders: dict[str, DataLoader]) -> SquadEvaluator:
+        return SquadEvaluator(accelerator, model, loaders[EVAL_SPLIT], self.compute_metrics)
 
 
 def run(
@@ -72,33 +97,7 @@ def run(
 ) -> dict[str, Any]:
     """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source and data are
     all checked before the model is loaded."""
-    started = time.perf_counter()
-    plan = plan_run(model_args, tisa_args, args, squad_args)
-    raw = load_squad_data(squad_args)
-    accelerator, batch_size = start_run(args, plan)
-    model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, plan, tisa_args)
-    with accelerator.main_process_first():
-        train_dataset, eval_dataset, _, compute_metrics = build_squad_task(squad_args, raw, tokenizer)
-    # Features are padded to max_seq_length already, so the default collator only stacks them.
-    train_loader = train_dataloader(train_dataset, batch_size, default_data_collator, args.seed)
-    eval_loader = DataLoader(eval_dataset, batch_size=args.eval_batch_size, collate_fn=default_data_collator)
-    (_, _, args, _), config, steps_per_epoch = resolve_settings(
-        accelerator, plan, (model_args, tisa_args, args, squad_args), len(train_loader)
-    )
-    optimizer, scheduler = build_optimizer(model, args, tisa_args.tisa_lr)
-    model, optimizer, scheduler, train_loader, eval_loader = accelerator.prepare(
-        model, optimizer, scheduler, train_loader, eval_loader
-    )
-    init_trackers(accelerator, task_name(squad_args), config)
-    evaluate = evaluation_callback(accelerator, model, eval_loader, compute_metrics)
-    state = fit(
-        accelerator, model, optimizer, scheduler, train_loader, evaluate, args, main_score,
-        resume_from=plan.resume_from, started=started,
-    )  # fmt: skip
-
-    record = run_record(task_name(squad_args), model, args, state, accelerator, config, steps_per_epoch)
-    finish_run(accelerator, model, tokenizer, args, record)
-    return record
+    return run_task(SquadQuestionAnswering(model_args, tisa_args, args, squad_args))
 
 
 def main(argv: list[str] | None = None) -> int:

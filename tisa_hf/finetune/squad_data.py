@@ -12,6 +12,7 @@ import numpy as np
 from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
 from transformers import PreTrainedTokenizerFast
 
+from ..errors import UsageError
 from ..hub_access import check_hub_dataset, loading_errors
 from .arguments import SquadArguments
 from .splits import first_examples, no_examples, require_examples
@@ -31,7 +32,7 @@ SQUAD_FEATURES = Features(
 )
 
 
-class SquadFormatError(ValueError):
+class SquadFormatError(UsageError):
     """A SQuAD JSON file that does not follow the official format."""
 
 
@@ -61,12 +62,12 @@ def read_squad_json(path: str | Path) -> Dataset:
     try:
         with path.open(encoding="utf-8") as handle:
             document = json.load(handle)
-    except FileNotFoundError:
-        raise SquadFormatError(f"{path}: no such file; pass the path of a SQuAD JSON file.") from None
+    except FileNotFoundError as error:
+        raise SquadFormatError(f"{path}: no such file; pass the path of a SQuAD JSON file.") from error
     except json.JSONDecodeError as error:
         raise SquadFormatError(
             f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}."
-        ) from None
+        ) from error
     _require(document, dict, path, "the top level")
     rows = []
     for a, article in enumerate(_field(document, "data", list, path, "the top level")):
@@ -114,7 +115,7 @@ def load_squad(
             loaded = load_dataset(name)
         return DatasetDict({split: require_examples(loaded[split], f"{name} split {split}") for split in SPLITS})
     if train_file is None or validation_file is None:
-        raise ValueError("Pass both train_file and validation_file (or neither, to load SQuAD from the Hub).")
+        raise UsageError("Pass both train_file and validation_file (or neither, to load SQuAD from the Hub).")
     return DatasetDict({"train": read_squad_json(train_file), "validation": read_squad_json(validation_file)})
 
 
@@ -191,7 +192,7 @@ def load_squad_data(args: SquadArguments) -> DatasetDict:
     """The examples a run trains and scores on, checked (non-empty, `--max-*-samples` applied, window sizes)
     before any model or tokenizer is loaded."""
     if args.doc_stride >= args.max_seq_length:
-        raise ValueError(f"doc_stride ({args.doc_stride}) must be smaller than max_seq_length ({args.max_seq_length}).")
+        raise UsageError(f"doc_stride ({args.doc_stride}) must be smaller than max_seq_length ({args.max_seq_length}).")
     raw = load_squad(args.version_2_with_negative, args.train_file, args.validation_file)
     return DatasetDict(
         {
@@ -215,7 +216,7 @@ def build_squad_task(
             `squad_v2_scores`).
     """
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(
+        raise UsageError(
             f"SQuAD features need a fast tokenizer (offset mappings); got {type(tokenizer).__name__}. "
             "Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
         )

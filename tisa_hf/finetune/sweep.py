@@ -24,7 +24,6 @@ sharing one GPU, or several machines, each take a part (`tisa-hf sweep --config 
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import subprocess
@@ -37,9 +36,10 @@ from typing import Any
 
 import yaml
 
+from ..errors import UsageError
 from ..parsers import sweep_parser
 from .arguments import GLUE_ARGUMENTS, parse_arguments, resolved_config
-from .run_folder import METRICS_FILE, changed_settings, is_finished, latest_checkpoint
+from .run_folder import RunFolder, changed_settings
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +77,12 @@ def settings_to_flags(settings: dict[str, Any]) -> list[str]:
 def load_sweep(path: str | Path) -> dict[str, Any]:
     try:
         sweep = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ValueError(f"Sweep file {path} does not exist.") from None
+    except FileNotFoundError as error:
+        raise UsageError(f"Sweep file {path} does not exist.") from error
     missing = [key for key in REQUIRED_KEYS if key not in sweep]
     unknown = sorted(set(sweep) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
     if missing or unknown:
-        raise ValueError(
+        raise UsageError(
             f"Sweep file {path}: missing key(s) {', '.join(missing) or '-'}, "
             f"unknown key(s) {', '.join(unknown) or '-'}; "
             f"it takes {', '.join(REQUIRED_KEYS)} and optionally {', '.join(OPTIONAL_KEYS)}."
@@ -90,7 +90,7 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     for variant, variant_settings in sweep["variants"].items():
         unknown_tasks = sorted(set((variant_settings or {}).get(PER_TASK_KEY) or {}) - set(sweep["tasks"]))
         if unknown_tasks:
-            raise ValueError(
+            raise UsageError(
                 f"Sweep file {path}: variant {variant} has {PER_TASK_KEY} settings for {', '.join(unknown_tasks)}, "
                 f"not among its tasks ({', '.join(sweep['tasks'])})."
             )
@@ -113,7 +113,7 @@ def plan(
     for name, chosen in (("tasks", tasks), ("seeds", seeds)):
         unknown = [str(value) for value in chosen or () if value not in sweep[name]]
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"Sweep file {sweep_path}: --{name} {', '.join(unknown)} not among its {name} "
                 f"({', '.join(map(str, sweep[name]))})."
             )
@@ -122,18 +122,15 @@ def plan(
     task_configs = {task: config_dir / f"{task}.yaml" for task in sweep["tasks"] if tasks is None or task in tasks}
     for task_config in task_configs.values():
         if not task_config.is_file():
-            raise ValueError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
+            raise UsageError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
     runs, conflicts = [], []
     for seed in (seed for seed in sweep["seeds"] if seeds is None or seed in seeds):
         for task, task_config in task_configs.items():
             for variant, variant_settings in sweep["variants"].items():
                 output_dir = Path(sweep["output_dir"], task, variant, f"seed-{seed}")
+                folder = RunFolder(output_dir)
                 status = (
-                    "done"
-                    if is_finished(output_dir)
-                    else "resume"
-                    if latest_checkpoint(output_dir) is not None
-                    else "new"
+                    "done" if folder.is_finished() else "resume" if folder.latest_checkpoint() is not None else "new"
                 )
                 flags = ["--config", str(task_config)]
                 flags += settings_to_flags({"model": sweep["model"], **(sweep.get("settings") or {})})
@@ -145,7 +142,7 @@ def plan(
                 command = [*launcher, "-m", "tisa_hf.glue", *flags, *(["--resume"] if status == "resume" else [])]
                 runs.append(PlannedRun(task, variant, seed, output_dir, command, status))
     if conflicts:
-        raise ValueError(
+        raise UsageError(
             f"Sweep file {sweep_path}: finished run(s) were made with other settings than the sweep now gives them: "
             f"{', '.join(conflicts)}. Delete those runs to redo them, or give the sweep another output_dir."
         )
@@ -154,9 +151,9 @@ def plan(
 
 def finished_changes(output_dir: Path, flags: list[str]) -> list[str]:
     """`name: recorded -> planned` for each setting of the finished run in `output_dir` that `flags` now set
-    otherwise. Settings the record lacks (older versions) are not compared, nor step counts the flags leave to
-    be resolved from epochs or a warm-up ratio."""
-    recorded = json.loads(Path(output_dir, METRICS_FILE).read_text()).get("config") or {}
+    otherwise (a UsageError naming the record when it cannot be read). Settings the record lacks (older
+    versions) are not compared, nor step counts the flags leave to be resolved from epochs or a warm-up ratio."""
+    recorded = RunFolder(output_dir).read_record(required=()).get("config") or {}
     planned = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
     wanted = resolved_config(*planned)
     unresolved = planned[2].unresolved_step_settings()
@@ -165,11 +162,7 @@ def finished_changes(output_dir: Path, flags: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     options = sweep_parser().parse_args(argv)
-    try:
-        runs = plan(options.config, options.tasks, options.seeds)
-    except ValueError as error:
-        print(f"tisa-hf sweep: {error}", file=sys.stderr)
-        return 2
+    runs = plan(options.config, options.tasks, options.seeds)
     failed = []
     for index, run in enumerate(runs, start=1):
         label = f"[{index}/{len(runs)}] {run.task} {run.variant} seed {run.seed}"

@@ -32,14 +32,13 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from ..errors import UsageError
 from ..log_filters import dropping_records
 from .arguments import TrainingArguments
-from .run_folder import CHECKPOINTS_DIR, LOGS_DIR, TRAINER_STATE, latest_checkpoint
+from .run_folder import TRAINER_STATE, RunFolder
 
 logger = logging.getLogger(__name__)
 
-BEST_MODEL_PREFIX = "best-step-"
-BEST_MODEL_FILE = "model.safetensors"
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
 
 Evaluate = Callable[[], dict[str, Any]]
@@ -114,7 +113,7 @@ def build_accelerator(args: TrainingArguments) -> Accelerator:
         dataloader_config=DataLoaderConfiguration(split_batches=True, use_seedable_sampler=True, data_seed=args.seed),
         log_with=None if args.no_tracking or not trackers else trackers,
         project_config=ProjectConfiguration(
-            project_dir=args.output_dir, logging_dir=str(Path(args.output_dir, LOGS_DIR))
+            project_dir=args.output_dir, logging_dir=str(RunFolder(args.output_dir).logs_dir)
         ),
     )
 
@@ -123,7 +122,7 @@ def micro_batch_size(args: TrainingArguments, num_processes: int) -> int:
     """Examples per data-loader batch (all processes together), checking that the global batch divides evenly."""
     size, remainder = divmod(args.train_batch_size, args.gradient_accumulation_steps)
     if remainder or size % num_processes:
-        raise ValueError(
+        raise UsageError(
             f"train_batch_size {args.train_batch_size} must split evenly into {args.gradient_accumulation_steps} "
             f"accumulation step(s) x {num_processes} process(es); change --train-batch-size or "
             "--gradient-accumulation-steps."
@@ -176,7 +175,8 @@ def build_optimizer(model: nn.Module, args: TrainingArguments, tisa_lr: float | 
 def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: TrainerState) -> None:
     """Model, optimizer, scheduler and RNG (Accelerate, safetensors weights), then the trainer state; older
     checkpoints, and best models this one does not refer to, are removed once the new one is complete."""
-    directory = Path(output_dir, CHECKPOINTS_DIR, f"step-{state.step}")
+    folder = RunFolder(output_dir)
+    directory = folder.checkpoint_dir(state.step)
     # Accelerate's "Removed shared tensor" warning fires at every checkpoint of a model with tied weights (an MLM
     # decoder tied to the word embeddings): safetensors stores each shared tensor once, and safetensors'
     # `load_model`, which `load_state` uses, ties it back on resume (tests/test_adapt.py resumes an MLM run
@@ -185,7 +185,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: Tra
         accelerator.save_state(str(directory), safe_serialization=True)
     if accelerator.is_main_process:
         (directory / TRAINER_STATE).write_text(json.dumps(state.checkpoint_fields()))
-        for old in Path(output_dir, CHECKPOINTS_DIR).glob("step-*"):
+        for old in folder.checkpoints():
             if old != directory:
                 shutil.rmtree(old)
         prune_best_models(output_dir, keep={state.best_step})
@@ -207,11 +207,11 @@ def check_rng_state(checkpoint: Path, num_processes: int, allow_unreadable: bool
         except Exception as error:  # torch.load raises many kinds of error for a missing or damaged file
             reason = type(error).__name__ + (f": {str(error).strip().splitlines()[0]}" if str(error).strip() else "")
             if not allow_unreadable:
-                raise ValueError(
+                raise UsageError(
                     f"--resume: the random-number state {path} cannot be read ({reason}), so the resumed run would "
                     "not reproduce an uninterrupted one. Pass --resume-without-rng-state to continue anyway, or "
                     "--overwrite-output-dir to start again from scratch."
-                ) from None
+                ) from error
             logger.warning(
                 "RESUMING WITHOUT THE RANDOM-NUMBER STATE: %s cannot be read (%s). Dropout draws differ from here "
                 "on, so this run will NOT reproduce an uninterrupted one.",
@@ -232,22 +232,18 @@ def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> TrainerState:
     )
 
 
-def best_model_dir(output_dir: str | Path, step: int) -> Path:
-    return Path(output_dir, CHECKPOINTS_DIR, f"{BEST_MODEL_PREFIX}{step}")
-
-
 def prune_best_models(output_dir: str | Path, keep: set[int | None]) -> None:
     """Removes the saved best models other than those of the steps in `keep`.
 
     A new best model does not replace the one the latest checkpoint refers to until the next checkpoint is
     complete: a run killed in between resumes from that checkpoint and needs its best model."""
-    for folder in Path(output_dir, CHECKPOINTS_DIR).glob(f"{BEST_MODEL_PREFIX}*"):
-        if int(folder.name.removeprefix(BEST_MODEL_PREFIX)) not in keep:
+    for step, folder in RunFolder(output_dir).best_models().items():
+        if step not in keep:
             shutil.rmtree(folder)
 
 
 def _checkpointed_best_step(output_dir: str | Path) -> int | None:
-    checkpoint = latest_checkpoint(output_dir)
+    checkpoint = RunFolder(output_dir).latest_checkpoint()
     return None if checkpoint is None else json.loads((checkpoint / TRAINER_STATE).read_text()).get("best_step")
 
 
@@ -262,9 +258,9 @@ def _track_best(
         return
     state.best_step, state.best_score = state.step, value
     if accelerator.is_main_process:
-        folder = best_model_dir(output_dir, state.step)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_model(accelerator.unwrap_model(model), str(folder / BEST_MODEL_FILE))
+        path = RunFolder(output_dir).best_model_file(state.step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_model(accelerator.unwrap_model(model), str(path))
         prune_best_models(output_dir, keep={state.step, _checkpointed_best_step(output_dir)})
     accelerator.wait_for_everyone()
 
@@ -329,7 +325,7 @@ def fit(
     The progress bar shows on a terminal only (tqdm's `disable=None`); elsewhere, as in a log file, every
     logging step writes a plain log line instead."""
     if args.load_best_model_at_end and score is None:
-        raise ValueError("--load_best_model_at_end needs a score that ranks the evaluations; this command has none.")
+        raise UsageError("--load_best_model_at_end needs a score that ranks the evaluations; this command has none.")
     stages = [TrainingStage(train_data, args.max_steps)] if isinstance(train_data, DataLoader) else train_data
     if sum(stage.steps for stage in stages) != args.max_steps:
         raise ValueError(f"The training stages add up to {sum(s.steps for s in stages)} steps, not {args.max_steps}.")
@@ -387,7 +383,7 @@ def fit(
         _evaluate(accelerator, model, evaluate, state, args, score)
     state.metrics = state.history[-1]["metrics"]
     if args.load_best_model_at_end and state.best_step != state.step:
-        load_model(accelerator.unwrap_model(model), best_model_dir(args.output_dir, state.best_step) / BEST_MODEL_FILE)
+        load_model(accelerator.unwrap_model(model), str(RunFolder(args.output_dir).best_model_file(state.best_step)))
         logger.info("Loaded the best model, of step %d (score %s)", state.best_step, state.best_score)
         state.metrics = _run_evaluation(model, evaluate)  # its predictions, for the callback to keep
     return state

@@ -1,18 +1,16 @@
-"""Model cards for fine-tuning runs, and uploading a run's model to the Hugging Face Hub (`tisa-hf push`,
-`--push-to-hub`).
+"""`tisa-hf push` and `--push-to-hub`: a run folder's model card, and the upload of its model to the Hugging Face
+Hub.
 
-What can be checked without a network is checked before a run trains (`check_push_target`); a failed upload
-says that the run is saved and how to retry it, in one line.
+What can be checked without a network is checked before a run trains (`hub_access.check_push_target`); a failed
+upload says that the run is saved and how to retry it, in one line.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import huggingface_hub
 import torch
 import transformers
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, errors
@@ -20,14 +18,15 @@ from huggingface_hub.utils import validate_repo_id
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from .config_types import plain_model_config
-from .counting import PositionalParameterCount, count_positional_parameters
-from .environment import describe_machine
-from .finetune.run_folder import METRICS_FILE
-from .hub_access import LOADING_ERRORS, describe_error
-from .packaged import MINILM_ALIAS, MINILM_HUB_ID
-from .parsers import push_parser
-from .patching import tisa_config_of
+from ..config_types import plain_model_config
+from ..counting import PositionalParameterCount, count_positional_parameters
+from ..environment import describe_machine
+from ..errors import UsageError
+from ..hub_access import LOADING_ERRORS, check_push_target, describe_error
+from ..packaged import MINILM_ALIAS, MINILM_HUB_ID
+from ..parsers import push_parser
+from ..patching import tisa_config_of
+from .run_folder import RunFolder
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
 METRICS_KEYS = ("config", "seed", "metrics", "versions", "wall_time_s")
@@ -60,26 +59,19 @@ SQUAD_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2"}
 NOT_SCORES = ("total", "thresh")  # SQuAD v2 question counts and null-score thresholds
 
 
-class UploadError(ValueError):
+class UploadError(UsageError):
     """An upload that failed after the run was saved; the message says how to retry."""
 
 
 def read_run_metrics(run_dir: Path) -> dict[str, Any]:
-    """The run's `metrics.json`, checked for the keys a card needs."""
-    path = run_dir / METRICS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; a run directory holds the model, tokenizer and {METRICS_FILE}.")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}.") from None
-    missing = [key for key in METRICS_KEYS if key not in record]
-    if missing:
-        raise ValueError(f"{path} lacks {', '.join(missing)}; it needs the keys {', '.join(METRICS_KEYS)}.")
+    """The run's `metrics.json` (`RunFolder.read_record`), checked for the keys a card needs."""
+    folder = RunFolder(run_dir)
+    record = folder.read_record(required=METRICS_KEYS)
+    path = folder.metrics_file
     if "model" not in record["config"]:
-        raise ValueError(f'{path}: "config" lacks "model".')
+        raise UsageError(f'{path}: "config" lacks "model".')
     if "task" not in record and "task" not in record["config"]:
-        raise ValueError(f'{path} names no task: it needs "task" at the top or in "config".')
+        raise UsageError(f'{path} names no task: it needs "task" at the top or in "config".')
     return record
 
 
@@ -156,7 +148,7 @@ def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResu
     elif name in GLUE_TASKS:
         dataset, config, task_type, label = "nyu-mll/glue", name, "text-classification", f"GLUE {task.upper()}"
     else:
-        raise ValueError(f"Unknown task {task!r}: a card covers the GLUE tasks ({', '.join(GLUE_TASKS)}) and squad.")
+        raise UsageError(f"Unknown task {task!r}: a card covers the GLUE tasks ({', '.join(GLUE_TASKS)}) and squad.")
     results = [
         EvalResult(
             task_type=task_type,
@@ -310,18 +302,6 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 
-def check_push_target(repo_id: str) -> None:
-    """Raises ValueError when an upload to `repo_id` cannot work: a malformed id, offline mode, or no token."""
-    try:
-        validate_repo_id(repo_id)
-    except errors.HFValidationError as error:
-        raise ValueError(f"{repo_id!r} is not a Hub repository id ({error}); use e.g. user/bert-tisa-rte.") from None
-    if huggingface_hub.is_offline_mode():
-        raise ValueError(f"HF_HUB_OFFLINE is set, so nothing can be uploaded to {repo_id}; unset it.")
-    if huggingface_hub.get_token() is None:
-        raise ValueError(f"Uploading to {repo_id} needs a Hugging Face token: run `hf auth login` or set HF_TOKEN.")
-
-
 def _failure_reason(error: BaseException) -> str:
     if isinstance(error, errors.HfHubHTTPError) and error.response.status_code in (401, 403):
         return f"the Hub refused the token ({describe_error(error)}); log in with `hf auth login` or set HF_TOKEN"
@@ -347,16 +327,16 @@ def push_run(run_dir: str | Path, repo_id: str, private: bool = False, token: st
         raise UploadError(
             f"Uploading {run_dir} to {repo_id} failed: {_failure_reason(error)}. The run is saved in {run_dir}; "
             f"retry with `tisa-hf push {run_dir} {repo_id}`."
-        ) from None
+        ) from error
     return str(getattr(commit, "commit_url", commit))
 
 
 def main(argv: list[str]) -> int:
     args = push_parser().parse_args(argv)
+    check_push_target(args.repo_id)
     try:
-        check_push_target(args.repo_id)
-        print(push_run(Path(args.run_dir), args.repo_id, private=args.private))
-    except (ValueError, OSError) as error:  # UploadError, bad run folder, the card's model load
-        print(f"tisa-hf push: {error}", file=sys.stderr)
-        return 2
+        url = push_run(Path(args.run_dir), args.repo_id, private=args.private)
+    except OSError as error:  # the card's model load: a run folder without a loadable model
+        raise UsageError(str(error)) from error
+    print(url)
     return 0
