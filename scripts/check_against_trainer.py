@@ -36,11 +36,11 @@ from transformers import DataCollatorWithPadding, Trainer, set_seed
 import tisa_hf
 from tisa_hf.environment import versions
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments, resolved_config
-from tisa_hf.finetune.glue import load_model, load_task_data, tokenize
 from tisa_hf.finetune.glue_data import get_task
+from tisa_hf.finetune.glue_task import load_model, load_task_data, tokenize
 from tisa_hf.finetune.metrics import glue_metrics
-from tisa_hf.finetune.plan import RunPlan, model_sources
-from tisa_hf.finetune.run_folder import RESUME_SAFE_SETTINGS, latest_checkpoint
+from tisa_hf.finetune.preflight import RunPlan, model_sources
+from tisa_hf.finetune.run_folder import RESUME_SAFE_SETTINGS, RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def run_tisa_hf(argv: list[str], folder: Path) -> dict[str, Any]:
     """`tisa-hf glue` in its own process, with the tisa_hf this script imported (resuming the run when it has a
     checkpoint); its metrics.json record."""
     command = [sys.executable, "-m", "tisa_hf.glue", *argv, "--output_dir", str(folder)]
-    if latest_checkpoint(folder) is not None:
+    if RunFolder(folder).latest_checkpoint() is not None:
         command.append("--resume")
     package_root = str(Path(tisa_hf.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}

@@ -26,10 +26,10 @@ from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf  # noqa: F401  (TISA checkpoints load patched)
 from tisa_hf.adapt.paired_blocks import paired_difference
+from tisa_hf.cli_options import positive_int
 from tisa_hf.environment import machine, versions
 from tisa_hf.finetune.glue_data import get_task, load_glue
 from tisa_hf.packaged import resolve_model
-from tisa_hf.parsers import positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURES = ("first segment", "second segment", "[CLS]", "second alone")

@@ -17,7 +17,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 import tisa_hf
 from tests.conftest import tiny_config
 from tests.finetune_fixtures import two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
-from tisa_hf.adapt import run as adapt_run
+from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
 from tisa_hf.adapt.text import (
@@ -274,7 +274,7 @@ def test_adapted_model_loads_fine_tunes_and_has_a_card(workspace, tmp_path):
         workspace / "bert", tisa=tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
     ).tisa.amplitude.detach())  # fmt: skip
 
-    from tisa_hf.finetune.glue import run
+    from tisa_hf.finetune.glue_task import run
 
     # Only what from_pretrained reads, as a download from the Hub would hold: the provenance is in config.json.
     weights_only = tmp_path / "weights-only"

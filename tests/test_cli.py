@@ -79,3 +79,20 @@ def test_a_run_imports_tisa_hf_in_full(tmp_path):
 def test_help_after_a_double_dash_is_an_argument_not_a_request():
     assert cli.asks_for_help(["--config", "x", "--help"])
     assert not cli.asks_for_help(["--config", "x", "--", "--help"])
+
+
+@pytest.mark.parametrize("debug", ["option", "variable", None])
+def test_a_usage_error_is_one_line_and_its_traceback_is_opt_in(debug, tmp_path, capsys, monkeypatch):
+    """The one error boundary: `tisa-hf CMD: message`, status 2; the traceback (cause kept) only when asked for."""
+    missing = tmp_path / "missing.yaml"
+    argv = ["sweep", "--config", str(missing)]
+    if debug == "option":
+        argv = ["--debug", *argv]
+    monkeypatch.setenv("TISA_HF_DEBUG", "1" if debug == "variable" else "")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"tisa-hf sweep: Sweep file {missing} does not exist.\n")
+    if debug is None:
+        assert err.count("\n") == 1
+    else:
+        assert "FileNotFoundError" in err and "The above exception was the direct cause" in err

@@ -39,10 +39,10 @@ import scipy.linalg
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
+from .cli_options import bench_parser
 from .config import TisaConfig
 from .environment import machine
 from .kernels import TisaPositionBias, kernel_values
-from .parsers import bench_parser
 from .patching import patch
 
 TISA_KERNELS = 5

@@ -36,46 +36,52 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "demo": Command(
         "tisa_hf.demo",
-        "tisa_hf.parsers:demo_parser",
+        "tisa_hf.cli_options:demo_parser",
         "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload.",
     ),
     "analyze": Command(
-        "tisa_hf.analysis.cli:analyze", "tisa_hf.parsers:analyze_parser", "Positional analysis report of one encoder."
+        "tisa_hf.analysis.commands:analyze",
+        "tisa_hf.cli_options:analyze_parser",
+        "Positional analysis report of one encoder.",
     ),
     "compare": Command(
-        "tisa_hf.analysis.cli:compare",
-        "tisa_hf.parsers:compare_parser",
+        "tisa_hf.analysis.commands:compare",
+        "tisa_hf.cli_options:compare_parser",
         "Key positional numbers of several encoders in one table.",
     ),
     "glue": Command(
-        "tisa_hf.finetune.glue", "tisa_hf.finetune.arguments:GLUE_ARGUMENTS", "Fine-tune and evaluate on a GLUE task."
+        "tisa_hf.finetune.glue_task",
+        "tisa_hf.finetune.arguments:GLUE_ARGUMENTS",
+        "Fine-tune and evaluate on a GLUE task.",
     ),
     "squad": Command(
-        "tisa_hf.finetune.squad",
+        "tisa_hf.finetune.squad_task",
         "tisa_hf.finetune.arguments:SQUAD_ARGUMENTS",
         "Fine-tune and evaluate on SQuAD v1.1 / v2.0.",
     ),
     "sweep": Command(
-        "tisa_hf.finetune.sweep", "tisa_hf.parsers:sweep_parser", "Run a grid of fine-tuning runs, resumably."
+        "tisa_hf.finetune.sweep", "tisa_hf.cli_options:sweep_parser", "Run a grid of fine-tuning runs, resumably."
     ),
     "report": Command(
-        "tisa_hf.finetune.report", "tisa_hf.parsers:report_parser", "Results table (the TISA paper's table 3 layout)."
+        "tisa_hf.finetune.report",
+        "tisa_hf.cli_options:report_parser",
+        "Results table (the TISA paper's table 3 layout).",
     ),
     "adapt": Command(
-        "tisa_hf.adapt.run",
+        "tisa_hf.adapt.adapt_task",
         "tisa_hf.adapt.arguments:ADAPT_ARGUMENTS",
         "Adapt a pretrained encoder to TISA on plain text (distillation or masked LM).",
     ),
     "lm-eval": Command(
         "tisa_hf.adapt.lm_eval",
-        "tisa_hf.parsers:lm_eval_parser",
+        "tisa_hf.cli_options:lm_eval_parser",
         "Teacher agreement and masked-token loss against input length.",
     ),
     "push": Command(
-        "tisa_hf.finetune.push", "tisa_hf.parsers:push_parser", "Upload a run's model with a model card to the Hub."
+        "tisa_hf.finetune.push", "tisa_hf.cli_options:push_parser", "Upload a run's model with a model card to the Hub."
     ),
     "bench": Command(
-        "tisa_hf.bench", "tisa_hf.parsers:bench_parser", "Speed and memory of TISA against plain attention."
+        "tisa_hf.bench", "tisa_hf.cli_options:bench_parser", "Speed and memory of TISA against plain attention."
     ),
 }
 DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`

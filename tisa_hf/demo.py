@@ -18,11 +18,11 @@ from .adapters import find_base_model
 from .analysis.plots import scoring_comparison_figure
 from .analysis.positional_attention import analyze_profiles
 from .analysis.scoring import compare_scoring_to_profiles
+from .cli_options import demo_parser
 from .config import TisaConfig
 from .counting import count_positional_parameters
 from .errors import usage_errors
 from .hub_access import loading_errors, model_remedy, model_source
-from .parsers import demo_parser
 from .patching import position_table_length
 from .profiles import DEFAULT_PROFILE_LENGTH
 

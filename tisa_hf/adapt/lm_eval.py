@@ -36,10 +36,10 @@ from matplotlib.figure import Figure
 from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
+from ..cli_options import lm_eval_parser
 from ..environment import machine, versions
 from ..errors import UsageError
 from ..packaged import resolve_model
-from ..parsers import lm_eval_parser
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
 from .objectives import IGNORE_INDEX, masked_token_losses, mlm_head_of

@@ -1,1 +1,3 @@
-"""Fine-tuning on GLUE and SQuAD: data, metrics, the Accelerate training loop, sweeps and reports."""
+"""Training runs: fine-tuning on GLUE and SQuAD and the shared recipe (`recipe.py`) that adaptation uses too; the
+run folder (`run_folder.py`), checks before a run (`preflight.py`), the Accelerate loop (`trainer.py`), sweeps,
+reports and the upload of a run (`push.py`)."""

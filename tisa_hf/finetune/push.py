@@ -18,13 +18,13 @@ from huggingface_hub.utils import validate_repo_id
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
+from ..cli_options import push_parser
 from ..config_types import plain_model_config
 from ..counting import PositionalParameterCount, count_positional_parameters
 from ..environment import describe_machine
 from ..errors import UsageError
 from ..hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..packaged import MINILM_ALIAS, MINILM_HUB_ID
-from ..parsers import push_parser
 from ..patching import tisa_config_of
 from .run_folder import RunFolder
 

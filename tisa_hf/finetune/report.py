@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from ..cli_options import report_parser
 from ..environment import describe_machine
 from ..errors import UsageError
-from ..parsers import report_parser
 from .glue_data import TASKS
 from .metrics import glue_metric
 from .paired import paired_bootstrap

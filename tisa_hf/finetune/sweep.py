@@ -36,8 +36,8 @@ from typing import Any
 
 import yaml
 
+from ..cli_options import sweep_parser
 from ..errors import UsageError
-from ..parsers import sweep_parser
 from .arguments import GLUE_ARGUMENTS, parse_arguments, resolved_config
 from .run_folder import RunFolder, changed_settings
 

@@ -26,8 +26,8 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrai
 from ..config import TisaConfig
 from ..errors import UsageError
 from ..finetune.arguments import ModelArguments
-from ..finetune.plan import RunPlan, plan_run
-from ..finetune.runs import Task, TaskData, command_main, load_model_and_tokenizer, mark_adapted, run_task
+from ..finetune.preflight import RunPlan, plan_run
+from ..finetune.recipe import Task, TaskData, command_main, load_model_and_tokenizer, mark_adapted, run_task
 from ..finetune.trainer import TrainingStage, resolve_schedule, train_dataloader
 from ..hub_access import loading_errors, model_remedy
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments

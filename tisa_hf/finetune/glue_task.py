@@ -22,10 +22,10 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from .arguments import GLUE_ARGUMENTS, GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
 from .glue_data import GlueTask, get_task, load_glue
 from .metrics import glue_metrics
-from .plan import RunPlan, plan_run
 from .predictions import RunPredictions, SplitPredictions
+from .preflight import RunPlan, plan_run
+from .recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
 from .run_folder import PREDICTIONS_FILE
-from .runs import Task, TaskData, command_main, load_model_and_tokenizer, run_task
 from .splits import first_examples
 from .trainer import TrainerState, train_dataloader
 

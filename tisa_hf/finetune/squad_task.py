@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
 from .arguments import SQUAD_ARGUMENTS, ModelArguments, SquadArguments, TisaArguments, TrainingArguments
-from .plan import RunPlan, plan_run
-from .runs import Task, TaskData, command_main, load_model_and_tokenizer, run_task
+from .preflight import RunPlan, plan_run
+from .recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
 from .squad_data import build_squad_task, load_squad_data
 from .trainer import train_dataloader
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..parsers import analyze_parser, compare_parser
+from ..cli_options import analyze_parser, compare_parser
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .loading import load_model, load_tokenizer
 from .pipeline import AnalysisOptions, analyze_model

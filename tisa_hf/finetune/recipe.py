@@ -1,6 +1,10 @@
-"""What every fine-tuning command shares: model loading, the run folder (run_config.yaml, metrics.json, the saved
-model, the upload), the summary record and the command-line wrapper. The task modules (GLUE, SQuAD) add data and
-metrics; `plan.plan_run` checks a run before any of this."""
+"""The recipe every run shares (`tisa-hf glue`, `squad`, `adapt`): a `Task` says what its kind of run adds (data,
+model, evaluator, the score that ranks evaluations, documents to save) and `run_task` does the rest in one order:
+check (`preflight.plan_run` and the task's own checks), start (the run folder's writer lock, the seed), load,
+prepare, train (`trainer.fit`), record and save, upload. A new task is a `Task` subclass in a `*_task.py` module
+and a `Command` in `tisa_hf/cli.py`. Also here: loading a model for a run, the metrics.json record and the
+command-line wrapper.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from .arguments import (
     resolved_config,
 )
 from .loading import load_under_head
-from .plan import RunPlan
+from .preflight import RunPlan
 from .push import UploadError, push_run
 from .run_folder import RunFolder
 from .trainer import (
