@@ -303,3 +303,21 @@ def test_runs_from_an_adapted_checkpoint_join_the_table_of_the_model_it_came_fro
     adapted_row = table["minilm"]["TISA S=5 (replace), adapted (distill, trained: all)"]
     assert adapted_row["RTE"]["median"] == pytest.approx(62.0)
     assert table["minilm"]["TISA S=5 (replace)"]["RTE"]["median"] == pytest.approx(52.5)
+
+
+def test_a_run_with_non_finite_metrics_never_enters_a_table_and_the_report_says_so(tmp_path, capsys):
+    # The reported case: seeds {NaN, 53.3, -3.6} printed as "the median -3.6 of 3 seeds".
+    for seed, value in ((1, float("nan")), (2, 0.533), (3, -0.036)):
+        write_run(tmp_path, f"cola/base/{seed}", "cola", None, {"validation": {"matthews_correlation": value}}, seed=seed)
+    left_out = []
+    cell = score_table(collect(tmp_path, left_out=left_out))["albert-base-v2"]["baseline"]["CoLA"]
+    assert cell == {"median": pytest.approx(24.85), "min": pytest.approx(-3.6), "max": pytest.approx(53.3), "seeds": 2}
+    assert left_out == [
+        f"{tmp_path / 'cola/base/1'}: {tmp_path / 'cola/base/1/metrics.json'} holds non-finite metrics "
+        "(validation/matthews_correlation=nan): the run diverged or its data held NaN/inf, so it is no result; train "
+        "it again (`tisa-hf sweep` re-runs it once the folder is removed)."
+    ]
+    assert main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "24.9 (2)" in printed
+    assert f"Left out of every table (1 run(s)):\n- {tmp_path / 'cola/base/1'}: " in printed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -128,9 +129,16 @@ def label_variants(results: list[dict[str, Any]]) -> None:
             result["variant"] = f"{label} ({shown})" if differing else label
 
 
-def collect(runs_dir: str | Path, mode: str | None = None, seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
+def collect(
+    runs_dir: str | Path,
+    mode: str | None = None,
+    seeds: Sequence[int] | None = None,
+    left_out: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """Every run's metrics.json under `runs_dir`, with its folder (`run_dir`) and `variant` (`label_variants`),
-    skipping with a warning a record that cannot be read (`RunFolder.read_record`);
+    skipping with a warning a record that cannot be read (`RunFolder.read_record`) or whose metrics are not all
+    finite (a diverged run is no result: a NaN would sit in a median as if it were a seed); each skipped run is
+    appended to `left_out` as "folder: reason", so that the report can say what its tables do not hold;
     with `mode`, only the baselines and the TISA runs of that mode; with `seeds`, only runs of those seeds (the
     balanced part of a grid that is still running)."""
     paths = sorted(Path(runs_dir).rglob(METRICS_FILE))
@@ -140,8 +148,17 @@ def collect(runs_dir: str | Path, mode: str | None = None, seeds: Sequence[int] 
     for path in paths:
         try:
             record = RunFolder(path.parent).read_record()
-        except UsageError as error:  # a damaged record leaves the other runs' table intact
+            non_finite = non_finite_metrics(record["metrics"])
+            if non_finite:
+                raise UsageError(
+                    f"{path} holds non-finite metrics ({', '.join(non_finite)}): the run diverged or its data held "
+                    "NaN/inf, so it is no result; train it again (`tisa-hf sweep` re-runs it once the folder is "
+                    "removed)."
+                )
+        except UsageError as error:  # a damaged or diverged record leaves the other runs' table intact
             logger.warning("Skipping %s: %s", path.parent, error)
+            if left_out is not None:
+                left_out.append(f"{path.parent}: {error}")
             continue
         results.append({**record, "run_dir": str(path.parent)})
     results = [result for result in results if mode is None or not result["tisa"] or result["tisa"]["mode"] == mode]
@@ -155,6 +172,17 @@ def collect(runs_dir: str | Path, mode: str | None = None, seeds: Sequence[int] 
             )
     label_variants(results)
     return results
+
+
+def non_finite_metrics(metrics: dict[str, Any], prefix: str = "") -> list[str]:
+    """The names (`validation/pearson`) of every NaN or infinite number in a record's metrics."""
+    found = []
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            found += non_finite_metrics(value, f"{prefix}{name}/")
+        elif isinstance(value, float) and not math.isfinite(value):
+            found.append(f"{prefix}{name}={value}")
+    return found
 
 
 def score_table(
@@ -376,9 +404,13 @@ def parse_metric_overrides(values: list[str]) -> tuple[tuple[str, str, str, str]
 def main(argv: list[str] | None = None) -> int:
     options = report_parser().parse_args(argv)
     columns = parse_metric_overrides(options.metric)
-    results = collect(options.runs_dir, options.mode, options.seeds)
+    left_out: list[str] = []
+    results = collect(options.runs_dir, options.mode, options.seeds, left_out)
     text = render(score_table(results, columns), columns, spread=options.spread) + machines_note(results)
-    document: dict[str, Any] = {"runs": results}
+    if left_out:
+        text += f"\nLeft out of every table ({len(left_out)} run(s)):\n" + "\n".join(f"- {line}" for line in left_out)
+        text += "\n"
+    document: dict[str, Any] = {"runs": results, "left_out": left_out}
     if options.paired:
         entries = paired_differences(results, options.paired, columns, options.bootstrap, options.bootstrap_seed)
         text += "\n" + render_paired(entries, columns, options.bootstrap)
