@@ -308,7 +308,9 @@ def test_runs_from_an_adapted_checkpoint_join_the_table_of_the_model_it_came_fro
 def test_a_run_with_non_finite_metrics_never_enters_a_table_and_the_report_says_so(tmp_path, capsys):
     # The reported case: seeds {NaN, 53.3, -3.6} printed as "the median -3.6 of 3 seeds".
     for seed, value in ((1, float("nan")), (2, 0.533), (3, -0.036)):
-        write_run(tmp_path, f"cola/base/{seed}", "cola", None, {"validation": {"matthews_correlation": value}}, seed=seed)
+        write_run(
+            tmp_path, f"cola/base/{seed}", "cola", None, {"validation": {"matthews_correlation": value}}, seed=seed
+        )
     left_out = []
     cell = score_table(collect(tmp_path, left_out=left_out))["albert-base-v2"]["baseline"]["CoLA"]
     assert cell == {"median": pytest.approx(24.85), "min": pytest.approx(-3.6), "max": pytest.approx(53.3), "seeds": 2}
