@@ -21,7 +21,8 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
 from .arguments import GLUE_ARGUMENTS, GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
-from .glue_data import GlueTask, get_task, load_glue
+from .glue_data import GlueTask, check_scorable, get_task, load_glue
+from .input_lengths import check_input_lengths
 from .metrics import glue_metrics
 from .plan import RunPlan, plan_run
 from .predictions import PREDICTIONS_FILE, RunPredictions, SplitPredictions
@@ -46,6 +47,7 @@ def load_task_data(task: GlueTask, data_args: GlueDataArguments) -> datasets.Dat
     raw["train"] = first_examples(raw["train"], data_args.max_train_samples, "--max-train-samples")
     for split in task.eval_splits:
         raw[split] = first_examples(raw[split], data_args.max_eval_samples, "--max-eval-samples")
+        check_scorable(task, raw[split], f"The {split} split")
     return raw
 
 
@@ -104,6 +106,7 @@ def run(
     task = get_task(data_args.task)
     plan = plan_run(model_args, tisa_args, args, data_args)
     raw = load_task_data(task, data_args)
+    check_input_lengths(plan, tisa_args, data_args.max_seq_length, len(task.text_columns))
     accelerator, batch_size = start_run(args, plan)
     model, tokenizer = load_model(plan, tisa_args, task)
     with accelerator.main_process_first():

@@ -29,6 +29,7 @@ from .arguments import (
     parse_arguments,
     resolved_config,
 )
+from .finite import finite_json
 from .loading import load_under_head
 from .plan import RunPlan
 from .run_folder import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, check_resolved_schedule, clear_output_dir
@@ -174,15 +175,16 @@ def finish_run(
     metrics.json, last, since it marks the run finished; drops the checkpoints, pushes to the Hub when asked, and
     ends the trackers (`command_main` ends the process group). A failed upload is raised once all that is done:
     the run is saved."""
+    texts = {name: finite_json(content, name) for name, content in (documents or {}).items()}
+    texts[METRICS_FILE] = finite_json(record, METRICS_FILE, indent=2)  # last: it marks the run finished
     accelerator.wait_for_everyone()
     upload_error = None
     if accelerator.is_main_process:
         output_dir = Path(args.output_dir)
         accelerator.unwrap_model(model).save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
-        for name, content in (documents or {}).items():
-            (output_dir / name).write_text(json.dumps(content))
-        (output_dir / METRICS_FILE).write_text(json.dumps(record, indent=2))
+        for name, text in texts.items():
+            (output_dir / name).write_text(text)
         shutil.rmtree(output_dir / CHECKPOINTS_DIR, ignore_errors=True)
         if args.push_to_hub:
             try:

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
 from .arguments import SQUAD_ARGUMENTS, ModelArguments, SquadArguments, TisaArguments, TrainingArguments
+from .input_lengths import check_input_lengths
 from .plan import plan_run
 from .runs import (
     command_main,
@@ -31,7 +32,7 @@ from .runs import (
     run_record,
     start_run,
 )
-from .squad_data import build_squad_task, load_squad_data
+from .squad_data import build_squad_task, check_windows, load_squad_data
 from .trainer import build_optimizer, fit, train_dataloader
 
 EVAL_SPLIT = "validation"
@@ -75,6 +76,7 @@ def run(
     started = time.perf_counter()
     plan = plan_run(model_args, tisa_args, args, squad_args)
     raw = load_squad_data(squad_args)
+    check_windows(squad_args, raw, check_input_lengths(plan, tisa_args, squad_args.max_seq_length, 2))
     accelerator, batch_size = start_run(args, plan)
     model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, plan, tisa_args)
     with accelerator.main_process_first():
