@@ -7,10 +7,12 @@ import pytest
 from transformers import AutoTokenizer
 
 import tisa_hf
+from tisa_hf.errors import UsageError
 from tisa_hf.finetune.arguments import SquadArguments
 from tisa_hf.finetune.squad_data import (
     SquadFormatError,
     build_squad_task,
+    check_windows,
     load_squad,
     load_squad_data,
     prepare_eval_features,
@@ -224,8 +226,38 @@ def test_task_bundle_scores_oracle_logits_perfectly(tmp_path, tokenizer, version
         assert metrics["exact"] == pytest.approx(100 / 3)
 
 
-def test_task_bundle_rejects_a_stride_as_long_as_the_features(tmp_path):
-    args = _squad_args(_write(tmp_path / "squad.json", SQUAD_V2), True)
-    args.doc_stride = 40
-    with pytest.raises(ValueError, match=r"doc_stride \(40\) must be smaller than max_seq_length \(40\)"):
-        load_squad_data(args)
+def test_a_stride_as_long_as_the_features_is_refused_when_parsed():
+    with pytest.raises(UsageError) as error:
+        SquadArguments(max_seq_length=40, doc_stride=40)
+    assert str(error.value) == "--doc-stride (40) must be smaller than --max-seq-length (40)."
+
+
+def test_windows_leave_room_for_the_longest_question_and_the_stride(tmp_path, tokenizer):
+    # "Where does the Loire reach the Atlantic?" is 8 MiniLM tokens; with [CLS] [SEP] [SEP], 13 of 24 are left.
+    raw = load_squad_data(_squad_args(_write(tmp_path / "squad.json", SQUAD_V2), True))
+    check_windows(SquadArguments(max_seq_length=24, doc_stride=12), raw, tokenizer)
+    with pytest.raises(UsageError) as error:
+        check_windows(SquadArguments(max_seq_length=24, doc_stride=13), raw, tokenizer)
+    assert str(error.value) == (
+        "--max-seq-length 24 leaves 13 context token(s) per window beside the 3 special tokens and the longest "
+        "question (train question q-mouth, 8 tokens), and --doc-stride 13 must be smaller than that. Raise "
+        "--max-seq-length to at least 25, or lower --doc-stride."
+    )
+
+
+def test_v1_refuses_unanswerable_questions_and_misplaced_answers(tmp_path):
+    path = _write(tmp_path / "squad.json", SQUAD_V2)
+    with pytest.raises(UsageError) as error:
+        load_squad_data(_squad_args(path, False))
+    assert str(error.value) == (
+        "SQuAD train question q-fish has no answer, as in SQuAD v2.0; pass --version-2-with-negative to train and "
+        "score unanswerable questions."
+    )
+    shifted = json.loads(json.dumps(SQUAD_V2))
+    shifted["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1  # counted from 1
+    with pytest.raises(UsageError) as error:
+        load_squad_data(_squad_args(_write(tmp_path / "shifted.json", shifted), True))
+    assert str(error.value) == (
+        "SQuAD train question q-mouth: its answer 'Saint-Nazaire' is not at answer_start 192 of its context (which "
+        "holds 'aint-Nazaire.' there); answer_start must count characters of the context from 0."
+    )

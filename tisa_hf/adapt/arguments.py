@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments
+from ..errors import UsageError
+from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments, require_at_least
 
 
 @dataclass
@@ -63,6 +64,11 @@ class AdaptArguments:
         default=0.1, metadata={"help": "Share of the articles (the last ones, whole) held out for evaluation."}
     )
     max_eval_blocks: int = field(default=64, metadata={"help": "Held-out blocks evaluated per length (spread)."})
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mlm_probability < 1:
+            raise UsageError(f"--mlm-probability must be in (0, 1); got {self.mlm_probability}.")
+        require_at_least("--max-eval-blocks", self.max_eval_blocks, 1)
 
 
 ADAPT_ARGUMENTS = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
+import types
+from argparse import ArgumentTypeError
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
 
 from ..config import TisaConfig
 from ..errors import UsageError, usage_errors
 
 NESTED_SECTIONS = ("tisa",)
+GLUE_HUB_DATASET = "nyu-mll/glue"
+
+
+def require_at_least(option: str, value: float, minimum: float) -> None:
+    """A UsageError unless `value` is a finite number >= `minimum` (YAML's .nan and .inf are numbers too)."""
+    if not (math.isfinite(value) and value >= minimum):
+        raise UsageError(f"{option} must be at least {minimum:g}; got {value}.")
 
 
 @dataclass
@@ -82,8 +93,14 @@ def _tisa_arguments() -> type:
         with usage_errors():
             return TisaConfig(**{f.name: getattr(self, f"tisa_{f.name}") for f in dataclasses.fields(TisaConfig)})
 
+    def __post_init__(self) -> None:
+        if self.tisa_lr is not None:
+            require_at_least("--tisa.lr", self.tisa_lr, 0.0)
+
     return dataclasses.make_dataclass(
-        "TisaArguments", specs, namespace={"tisa_config": tisa_config, "__module__": __name__}
+        "TisaArguments",
+        specs,
+        namespace={"tisa_config": tisa_config, "__post_init__": __post_init__, "__module__": __name__},
     )
 
 
@@ -150,13 +167,22 @@ class TrainingArguments:
         """Settings that cannot work are refused here, before any data or model is loaded."""
         if self.max_steps is not None and self.max_steps <= 0:
             raise UsageError(f"max_steps must be positive (or unset, to use num_train_epochs); got {self.max_steps}.")
-        if self.max_steps is None and self.num_train_epochs <= 0:
+        if self.max_steps is None and not (math.isfinite(self.num_train_epochs) and self.num_train_epochs > 0):
             raise UsageError(f"num_train_epochs must be positive; got {self.num_train_epochs}.")
         if self.warmup_steps < 0 or not 0.0 <= self.warmup_ratio <= 1.0:
             raise UsageError(
                 f"warmup_steps must be >= 0 and warmup_ratio in [0, 1]; got {self.warmup_steps} and "
                 f"{self.warmup_ratio}."
             )
+        for option in ("train_batch_size", "eval_batch_size", "gradient_accumulation_steps"):
+            require_at_least(f"--{option.replace('_', '-')}", getattr(self, option), 1)
+        for option in ("eval_steps", "logging_steps", "checkpoint_steps", "learning_rate", "weight_decay"):
+            require_at_least(f"--{option.replace('_', '-')}", getattr(self, option), 0)
+        require_at_least("--max-grad-norm", self.max_grad_norm, 0)
+        if not (math.isfinite(self.adam_epsilon) and self.adam_epsilon > 0):
+            raise UsageError(f"--adam-epsilon must be a positive number; got {self.adam_epsilon}.")
+        if not 0 <= self.seed < 2**32:
+            raise UsageError(f"--seed must be in [0, 2**32); got {self.seed}.")
         if self.load_best_model_at_end and self.eval_steps <= 0:
             raise UsageError(
                 "load_best_model_at_end needs eval_steps > 0: with a single evaluation at the end the best model is "
@@ -182,10 +208,13 @@ class GlueDataArguments:
     )
     train_file: str | None = field(default=None, metadata={"help": "Training CSV/JSON file with the Hub columns."})
     validation_file: str | None = field(default=None, metadata={"help": "Dev CSV/JSON file with the Hub columns."})
-    dataset_name: str = field(default="nyu-mll/glue", metadata={"help": "Hub dataset used when no files are given."})
+    dataset_name: str = field(default=GLUE_HUB_DATASET, metadata={"help": "Hub dataset used when no files are given."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per example after truncation."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N dev examples."})
+
+    def __post_init__(self) -> None:
+        require_at_least("--max-seq-length", self.max_seq_length, 1)
 
 
 @dataclass
@@ -204,6 +233,19 @@ class SquadArguments:
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N train examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dev examples."})
+
+    def __post_init__(self) -> None:
+        """The window sizes as such; `squad_data.check_windows` checks them against the tokenizer and questions."""
+        require_at_least("--max-seq-length", self.max_seq_length, 1)
+        require_at_least("--doc-stride", self.doc_stride, 0)
+        if self.doc_stride >= self.max_seq_length:
+            raise UsageError(
+                f"--doc-stride ({self.doc_stride}) must be smaller than --max-seq-length ({self.max_seq_length})."
+            )
+        require_at_least("--n-best-size", self.n_best_size, 1)
+        require_at_least("--max-answer-length", self.max_answer_length, 1)
+        if not math.isfinite(self.null_score_diff_threshold):
+            raise UsageError(f"--null-score-diff-threshold must be finite; got {self.null_score_diff_threshold}.")
 
 
 # The argument dataclasses of each command (parsed in this order). SquadArguments is the one source of SQuAD's
@@ -233,6 +275,69 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise UsageError(f"Config file {path} must hold a mapping of settings, not {type(values).__name__}.")
     return flatten_config(values)
+
+
+_NOT_CONVERTIBLE = object()
+
+
+def _as_type(value: Any, annotation: Any) -> Any:
+    """`value` as one type of a field, as the command line converts it (strings through the type, so that YAML's
+    `1e-05`, a string to YAML, is a float as `--learning-rate 1e-05` is), or `_NOT_CONVERTIBLE`."""
+    if get_origin(annotation) is Literal:
+        return value if isinstance(value, str) and value in get_args(annotation) else _NOT_CONVERTIBLE
+    if get_origin(annotation) is list:
+        if not isinstance(value, list):
+            return _NOT_CONVERTIBLE
+        items = [_as_type(item, get_args(annotation)[0]) for item in value]
+        return _NOT_CONVERTIBLE if _NOT_CONVERTIBLE in items else items
+    if annotation is bool:
+        try:
+            return string_to_bool(value) if isinstance(value, (bool, str)) else _NOT_CONVERTIBLE
+        except ArgumentTypeError:
+            return _NOT_CONVERTIBLE
+    if annotation in (int, float) and isinstance(value, bool):
+        return _NOT_CONVERTIBLE
+    if annotation is float and isinstance(value, int) or isinstance(value, str) and annotation in (int, float):
+        try:
+            return annotation(value)
+        except ValueError:
+            return _NOT_CONVERTIBLE
+    return value if isinstance(value, annotation) else _NOT_CONVERTIBLE
+
+
+def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(map(str, get_args(annotation)))
+    if get_origin(annotation) is list:
+        return f"a list, each item {_type_name(get_args(annotation)[0])}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        annotation, str(annotation)
+    )
+
+
+def typed_config_values(values: dict[str, Any], dataclass_types: tuple[type, ...], path: str) -> dict[str, Any]:
+    """The YAML `values` as their fields' types, or a UsageError naming the key, the file, the value and the
+    type. argparse converts (and checks) only what the command line gives; a YAML value would reach the run as
+    YAML typed it (`max_seq_length: 32.7`, `mixed_precision: fp8`) without this check."""
+    hints = {name: hint for dtype in dataclass_types for name, hint in get_type_hints(dtype).items()}
+    typed = {}
+    for key, value in values.items():
+        annotation = hints[key]
+        options = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+        if value is None and type(None) in options:
+            typed[key] = None
+            continue
+        for option in options:
+            converted = _as_type(value, option) if option is not type(None) else _NOT_CONVERTIBLE
+            if converted is not _NOT_CONVERTIBLE:
+                typed[key] = converted
+                break
+        else:
+            expected = " or ".join(_type_name(option) for option in options if option is not type(None))
+            if type(None) in options:
+                expected += " (or null)"
+            raise UsageError(f"Config file {path}: {key} must be {expected}; got {value!r}.")
+    return typed
 
 
 def _dotted_aliases(argv: list[str]) -> list[str]:
@@ -268,7 +373,7 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: st
                 f"Config file {known.config} has unknown setting(s) {', '.join(unknown)}; "
                 f"the settings are {', '.join(sorted(fields))}."
             )
-        parser.set_defaults(**values)
+        parser.set_defaults(**typed_config_values(values, dataclass_types, known.config))
     parsed = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
     return tuple(parsed[: len(dataclass_types)])
 

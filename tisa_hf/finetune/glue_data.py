@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import datasets
 
 from ..errors import UsageError
 from ..hub_access import check_hub_dataset, loading_errors
+from .arguments import GLUE_HUB_DATASET
 from .splits import no_examples, require_examples
 
 
@@ -95,11 +97,17 @@ def get_task(name: str) -> GlueTask:
 
 
 def _label_value(task: GlueTask, raw: str | int | float, where: str) -> int | float:
+    """A label as the task's class id (its name, or for CSV/JSON files the Hub's class id), or STS-B's score."""
     if task.is_regression:
+        if raw is None:  # an empty or NaN field of a CSV file (pandas reads both as missing)
+            raise UsageError(f"{where}: no STS-B score (an empty or NaN field).")
         try:
-            return float(raw)
-        except ValueError as error:
+            score = float(raw)
+        except (TypeError, ValueError) as error:
             raise UsageError(f"{where}: STS-B score {raw!r} is not a number.") from error
+        if not math.isfinite(score):
+            raise UsageError(f"{where}: STS-B score {raw!r} is not a finite number.")
+        return score
     text = str(raw).strip()
     if text in task.label_names:
         return task.label_names.index(text)
@@ -108,13 +116,43 @@ def _label_value(task: GlueTask, raw: str | int | float, where: str) -> int | fl
     raise UsageError(f"{where}: label {raw!r} is not one of {', '.join(task.label_names)} for {task.name}.")
 
 
+def names_its_labels(task: GlueTask) -> bool:
+    """Whether the task's original files write its labels as names (RTE, MNLI, QNLI), not as 0/1."""
+    return task.label_names is not None and not any(name.isdigit() for name in task.label_names)
+
+
+def check_label_vocabulary(task: GlueTask, labels: list, source: str, ids_allowed: bool) -> None:
+    """Refuses labels written in another vocabulary than the task's: digits where the task's files name their
+    labels (WNLI's files write 1 for entailment, which is RTE's not_entailment, so a class number read as the
+    task's would flip the meaning), or, where the Hub's class ids are allowed (CSV/JSON files), a mix of both."""
+    if not names_its_labels(task):
+        return
+    found = sorted({str(label).strip() for label in labels})
+    digits = [value for value in found if value.isdigit()]
+    if not digits or ids_allowed and len(digits) == len(found):
+        return
+    shown = ", ".join(found[:10]) + (", ..." if len(found) > 10 else "")
+    names = ", ".join(task.label_names)
+    if ids_allowed:
+        raise UsageError(
+            f"{source}: labels {shown} mix class numbers and names; give {task.name}'s names ({names}) or the "
+            "Hub's class ids, not both."
+        )
+    raise UsageError(
+        f"{source}: labels {shown} are not {task.name}'s, whose files name their labels ({names}), not class "
+        f"numbers; class numbers mean other things in other tasks (WNLI's 1 is entailment, {task.name}'s 1 would "
+        f"be {task.label_names[1]}). Pass the {task.folder} files."
+    )
+
+
 def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
     """One original GLUE TSV file.
 
     Hand-written because pandas' tokenizer errors name neither the file nor a usable line, and the GLUE files
     need quoting off (sentences hold unbalanced quotes), a BOM-tolerant header (MRPC) and header-less CoLA.
     """
-    columns = {name: [] for name in (*task.text_columns, "label")}
+    columns = {name: [] for name in task.text_columns}
+    raw_labels = []
     with path.open(encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = None if isinstance(task.tsv_columns[0], int) else next(rows, None)
@@ -142,7 +180,9 @@ def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
             *texts, label = (row[position] for position in positions)
             for name, text in zip(task.text_columns, texts, strict=True):
                 columns[name].append(text)
-            columns["label"].append(_label_value(task, label, where))
+            raw_labels.append((label, where))
+    check_label_vocabulary(task, [label for label, _ in raw_labels], str(path), ids_allowed=False)
+    columns["label"] = [_label_value(task, label, where) for label, where in raw_labels]
     return require_examples(datasets.Dataset.from_dict(columns), str(path))
 
 
@@ -210,7 +250,13 @@ DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json"}
 
 
 def load_data_files(train_file: str, validation_file: str, task: GlueTask) -> datasets.DatasetDict:
-    """CSV or JSON(-lines) files with the Hub column names; string labels are mapped to the task's class ids."""
+    """CSV or JSON(-lines) files with the Hub column names; labels are the task's names or the Hub's class ids
+    (not both in one file)."""
+    if len(task.eval_splits) > 1:
+        raise UsageError(
+            f"{task.folder} is scored on {len(task.eval_splits)} dev sets ({', '.join(task.eval_splits)}) and "
+            "--validation-file gives one; pass --data-dir with the GLUE TSV files instead."
+        )
     files = {"train": Path(train_file), task.eval_splits[0]: Path(validation_file)}
     builders = {DATA_FILE_BUILDERS.get(path.suffix.lower()) for path in files.values()}
     if len(builders) != 1 or None in builders:
@@ -223,7 +269,11 @@ def load_data_files(train_file: str, validation_file: str, task: GlueTask) -> da
         if not path.is_file():
             raise UsageError(f"Data file {path} does not exist.")
         (check_csv_file if builder == "csv" else check_json_file)(path)
-    loaded = datasets.load_dataset(builder, data_files={split: str(path) for split, path in files.items()})
+    # One file at a time: loaded together, their columns must share a type (class ids in one file and names in
+    # the other would fail deep inside `datasets`).
+    loaded = datasets.DatasetDict(
+        {split: datasets.load_dataset(builder, data_files=str(path), split="train") for split, path in files.items()}
+    )
     needed = (*task.text_columns, "label")
     for split, dataset in loaded.items():
         missing = [name for name in needed if name not in dataset.column_names]
@@ -232,6 +282,7 @@ def load_data_files(train_file: str, validation_file: str, task: GlueTask) -> da
                 f"{files[split]} lacks column(s) {', '.join(missing)}; {task.name} needs {', '.join(needed)}."
             )
     for split, dataset in loaded.items():
+        check_label_vocabulary(task, dataset["label"], str(files[split]), ids_allowed=True)
         values = enumerate(dataset["label"], start=1)
         labels = [_label_value(task, value, f"{files[split]}: row {row}") for row, value in values]
         loaded[split] = dataset.select_columns(list(task.text_columns)).add_column("label", labels)
@@ -243,11 +294,13 @@ def load_glue(
     data_dir: str | None = None,
     train_file: str | None = None,
     validation_file: str | None = None,
-    dataset_name: str = "nyu-mll/glue",
+    dataset_name: str = GLUE_HUB_DATASET,
 ) -> datasets.DatasetDict:
     """The task's train split and dev split(s), from whichever source is given (the Hub when none is)."""
     if data_dir and (train_file or validation_file):
         raise UsageError("Give either --data-dir (GLUE TSV files) or --train-file/--validation-file, not both.")
+    if (data_dir or train_file or validation_file) and dataset_name != GLUE_HUB_DATASET:
+        raise UsageError(f"--dataset-name {dataset_name} is read only when no files are given; leave it out.")
     if data_dir:
         return load_glue_tsv(data_dir, task)
     if train_file or validation_file:
@@ -263,3 +316,14 @@ def load_glue(
         for split in ("train", *task.eval_splits)
     }
     return datasets.DatasetDict(splits).select_columns([*task.text_columns, "label"])
+
+
+def check_scorable(task: GlueTask, dataset: datasets.Dataset, source: str) -> None:
+    """A dev split the task's metrics can score: STS-B's correlations need two different gold scores (one example,
+    or equal scores, give no correlation, only after the whole training)."""
+    if task.is_regression and len(set(dataset["label"])) < 2:
+        raise UsageError(
+            f"{source} has {len(dataset)} example(s) with {len(set(dataset['label']))} distinct score(s); the "
+            f"{task.main_metric} correlation needs at least two different scores. Raise --max-eval-samples or "
+            "use a larger dev file."
+        )

@@ -20,7 +20,8 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
 from .arguments import GLUE_ARGUMENTS, GlueDataArguments, ModelArguments, TisaArguments, TrainingArguments
-from .glue_data import GlueTask, get_task, load_glue
+from .glue_data import GlueTask, check_scorable, get_task, load_glue
+from .input_lengths import check_input_lengths
 from .metrics import glue_metrics
 from .predictions import RunPredictions, SplitPredictions
 from .preflight import RunPlan, plan_run
@@ -38,6 +39,7 @@ def load_task_data(task: GlueTask, data_args: GlueDataArguments) -> datasets.Dat
     raw["train"] = first_examples(raw["train"], data_args.max_train_samples, "--max-train-samples")
     for split in task.eval_splits:
         raw[split] = first_examples(raw[split], data_args.max_eval_samples, "--max-eval-samples")
+        check_scorable(task, raw[split], f"The {split} split")
     return raw
 
 
@@ -97,6 +99,7 @@ class GlueClassification(Task):
         self.name, self.score = self.task.name, self.task.main_score
         plan = plan_run(*self.settings)
         self.raw = load_task_data(self.task, self.task_args)
+        check_input_lengths(plan, self.tisa_args, self.task_args.max_seq_length, len(self.task.text_columns))
         return plan
 
     def load_model(self, plan: RunPlan, accelerator: Accelerator):

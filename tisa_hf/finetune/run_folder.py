@@ -31,6 +31,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from ..errors import UsageError
+from .finite import finite_json
 
 logger = logging.getLogger(__name__)
 
@@ -225,15 +226,15 @@ class RunFolder:
         return record
 
     def write_record(self, record: dict[str, Any]) -> None:
-        """metrics.json; written last, since it marks the run finished."""
-        self.metrics_file.write_text(json.dumps(record, indent=2))
+        """metrics.json, in standard JSON (`finite_json`); written last, since it marks the run finished."""
+        self.metrics_file.write_text(finite_json(record, METRICS_FILE, indent=2))
 
     def write_run_config(self, config: dict[str, Any]) -> None:
         self.run_config_file.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def write_document(self, name: str, content: Any) -> None:
-        """A JSON document of the run (e.g. predictions.json) by its file name."""
-        (self.path / name).write_text(json.dumps(content))
+        """A JSON document of the run (e.g. predictions.json) by its file name, in standard JSON (`finite_json`)."""
+        (self.path / name).write_text(finite_json(content, name))
 
     # The writer lock.
     @contextmanager

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, Sequence, Value, load_dataset
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from ..errors import UsageError
 from ..hub_access import check_hub_dataset, loading_errors
@@ -191,15 +191,75 @@ def prepare_eval_features(
 def load_squad_data(args: SquadArguments) -> DatasetDict:
     """The examples a run trains and scores on, checked (non-empty, `--max-*-samples` applied, window sizes)
     before any model or tokenizer is loaded."""
-    if args.doc_stride >= args.max_seq_length:
-        raise UsageError(f"doc_stride ({args.doc_stride}) must be smaller than max_seq_length ({args.max_seq_length}).")
     raw = load_squad(args.version_2_with_negative, args.train_file, args.validation_file)
-    return DatasetDict(
+    raw = DatasetDict(
         {
             "train": first_examples(raw["train"], args.max_train_samples, "--max-train-samples"),
             "validation": first_examples(raw["validation"], args.max_eval_samples, "--max-eval-samples"),
         }
     )
+    if not args.version_2_with_negative:
+        check_answerable(raw)
+    check_answer_positions(raw["train"])
+    return raw
+
+
+def check_answerable(raw: DatasetDict) -> None:
+    """SQuAD v1.1 has an answer to every question; a question without one (a v2.0 file) would train towards
+    [CLS] and score against no answer."""
+    for split, examples in raw.items():
+        for qid, answers in zip(examples["id"], examples["answers"], strict=True):
+            if not answers["text"]:
+                raise UsageError(
+                    f"SQuAD {split} question {qid} has no answer, as in SQuAD v2.0; pass --version-2-with-negative "
+                    "to train and score unanswerable questions."
+                )
+
+
+def check_answer_positions(train: Dataset) -> None:
+    """Each trained answer (the first of a question) must be the context's text at its `answer_start`: a file
+    that counts characters otherwise (bytes, from 1) would train towards the wrong spans."""
+    for qid, context, answers in zip(train["id"], train["context"], train["answers"], strict=True):
+        if not answers["text"]:
+            continue
+        text, start = answers["text"][0], answers["answer_start"][0]
+        found = context[start : start + len(text)] if start >= 0 else ""
+        if found != text:
+            raise UsageError(
+                f"SQuAD train question {qid}: its answer {text!r} is not at answer_start {start} of its context "
+                f"(which holds {found!r} there); answer_start must count characters of the context from 0."
+            )
+
+
+def require_fast_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
+    if not getattr(tokenizer, "is_fast", False):
+        raise UsageError(
+            f"SQuAD features need a fast tokenizer (offset mappings); got {type(tokenizer).__name__}. "
+            "Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
+        )
+
+
+def check_windows(args: SquadArguments, raw: DatasetDict, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Features are "[CLS] question [SEP] context [SEP]" and only the context is cut into windows, so the longest
+    question must leave room for at least one context token, and `doc_stride` (the overlap of windows) must be
+    smaller than that room; the tokenizer would otherwise fail in the middle of featurizing (a Rust panic)."""
+    require_fast_tokenizer(tokenizer)
+    specials = tokenizer.num_special_tokens_to_add(pair=True)
+    longest, where = 0, None
+    for split, examples in raw.items():
+        questions = [question.lstrip() for question in examples["question"]]
+        lengths = [len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]]
+        index = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[index] > longest:
+            longest, where = lengths[index], f"{split} question {examples['id'][index]}"
+    room = args.max_seq_length - specials - longest
+    if room < 1 or args.doc_stride >= room:
+        raise UsageError(
+            f"--max-seq-length {args.max_seq_length} leaves {max(room, 0)} context token(s) per window beside the "
+            f"{specials} special tokens and the longest question ({where}, {longest} tokens), and --doc-stride "
+            f"{args.doc_stride} must be smaller than that. Raise --max-seq-length to at least "
+            f"{specials + longest + args.doc_stride + 1}, or lower --doc-stride."
+        )
 
 
 def build_squad_task(
@@ -215,11 +275,7 @@ def build_squad_task(
             `eval_dataset` order; v1.1 gives `exact_match`/`f1`, v2.0 the official v2 result (see
             `squad_v2_scores`).
     """
-    if not getattr(tokenizer, "is_fast", False):
-        raise UsageError(
-            f"SQuAD features need a fast tokenizer (offset mappings); got {type(tokenizer).__name__}. "
-            "Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
-        )
+    require_fast_tokenizer(tokenizer)
     sizes = {"max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride}
     train_examples = raw["train"]
     train_dataset = train_examples.map(

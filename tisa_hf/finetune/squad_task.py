@@ -20,9 +20,10 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForQuestionAnswering, default_data_collator
 
 from .arguments import SQUAD_ARGUMENTS, ModelArguments, SquadArguments, TisaArguments, TrainingArguments
+from .input_lengths import check_input_lengths
 from .preflight import RunPlan, plan_run
 from .recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
-from .squad_data import build_squad_task, load_squad_data
+from .squad_data import build_squad_task, check_windows, load_squad_data
 from .trainer import train_dataloader
 
 EVAL_SPLIT = "validation"
@@ -71,6 +72,9 @@ class SquadQuestionAnswering(Task):
         self.name = self.project = task_name(self.task_args)
         plan = plan_run(*self.settings)
         self.raw = load_squad_data(self.task_args)
+        check_windows(
+            self.task_args, self.raw, check_input_lengths(plan, self.tisa_args, self.task_args.max_seq_length, 2)
+        )
         return plan
 
     def load_model(self, plan: RunPlan, accelerator: Accelerator):

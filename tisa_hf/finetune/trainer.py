@@ -35,6 +35,8 @@ from transformers import get_scheduler
 from ..errors import UsageError
 from ..log_filters import dropping_records
 from .arguments import TrainingArguments
+from .finite import check_finite_metrics, check_finite_step
+from .precision import check_mixed_precision, training_device
 from .run_folder import TRAINER_STATE, RunFolder
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ def resolve_schedule(args: TrainingArguments, num_batches: int) -> TrainingArgum
 def build_accelerator(args: TrainingArguments) -> Accelerator:
     """One optimizer step consumes the same `train_batch_size` examples whatever the number of processes: each
     batch is split across processes (`split_batches`), and shuffling depends only on the seed and the epoch."""
+    check_mixed_precision(args.mixed_precision, training_device())
     trackers = [name.strip() for name in args.report_to.split(",") if name.strip()]
     return Accelerator(
         mixed_precision=args.mixed_precision,
@@ -354,14 +357,16 @@ def fit(
             progress.set_description(f"training ({stage.name})", refresh=False)
         with accelerator.accumulate(model):
             loss = model(**batch).loss
+            running_loss += loss.detach()
+            running_count += 1
             accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                check_finite_step(accelerator, model, running_loss, state.step + 1, args)
             if accelerator.sync_gradients and args.max_grad_norm > 0:
                 accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-        running_loss += loss.detach()
-        running_count += 1
         if not accelerator.sync_gradients:
             continue
         state.step += 1
@@ -406,6 +411,7 @@ def _evaluate(
     score: Score | None,
 ) -> None:
     metrics = _run_evaluation(model, evaluate)
+    check_finite_metrics(metrics, state.step)
     state.history.append({"step": state.step, "metrics": metrics})
     accelerator.log({f"eval/{name}": value for name, value in flatten_metrics(metrics).items()}, step=state.step)
     logger.info("step %d: %s", state.step, metrics)
