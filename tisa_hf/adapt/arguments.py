@@ -46,7 +46,11 @@ class AdaptArguments:
         },
     )
     train_text: str | None = field(
-        default=None, metadata={"help": "Plain-text file (WikiText format: ' = Title = ' starts an article)."}
+        default=None,
+        metadata={
+            "help": "UTF-8 text file: WikiText (' = Title = ' starts an article) or plain text, whose "
+            "blank-line-separated paragraphs are its articles."
+        },
     )
     lengths: list[int] = field(
         default_factory=lambda: [128],

@@ -1,7 +1,8 @@
 """Plain text for adaptation and long-input evaluation: articles, fixed-length token blocks and fixed masks.
 
 A text file is split into articles at WikiText's title lines (` = Title = `; sections are ` = = Section = = `),
-or is one article when it has none. Train/held-out splits are made of whole articles, never of blocks, so no
+or, plain text without them, into its paragraphs (blocks of lines between blank lines), so that any UTF-8 text
+gives documents to pack and to hold out whole. Train/held-out splits are made of whole articles, never of blocks, so no
 article contributes to both. Packing concatenates the tokenised articles with a separator token between them
 and cuts the stream into blocks `[CLS] t_1 ... t_{L-2} [SEP]` of exactly L tokens (the last partial block is
 dropped), so every block is full, no padding is needed and articles longer than L are read across blocks.
@@ -17,6 +18,8 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
+from ..errors import UsageError
+
 TITLE_LINE = re.compile(r"^ = (?!= )(.*) = $")
 HEADING_MARKERS = re.compile(r"^ (?:= )+(.*?)(?: =)+ $")
 # WikiText splits numbers and hyphenated words with @-marked tokens ("1 @,@ 000", "M @-@ 82"); undone here so
@@ -25,22 +28,41 @@ WIKITEXT_MARKERS = {" @-@ ": "-", " @,@ ": ",", " @.@ ": "."}
 WIKITEXT_UNKNOWN = "<unk>"
 
 
-def read_articles(path: str | Path) -> list[str]:
-    """The articles of a text file, each as one string of its non-empty lines (headings without their `=`)."""
+def read_text(path: str | Path) -> str:
+    """The contents of a UTF-8 text file; a UsageError naming the file when it cannot be read as such."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"Text file {path} does not exist.")
+        raise UsageError(f"Text file {path} {'is a folder' if path.is_dir() else 'does not exist'}.")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"Text file {path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}); "
+            "give a plain-text file, or convert it to UTF-8."
+        ) from error
+    except OSError as error:
+        raise UsageError(f"Text file {path} cannot be read ({error.strerror or error}).") from error
+
+
+def read_articles(path: str | Path) -> list[str]:
+    """The articles of a text file (its paragraphs when it has no title line), each as one string of its
+    non-empty lines (headings without their `=`)."""
+    lines = read_text(path).splitlines()
+    titled = any(TITLE_LINE.match(line) for line in lines)
     articles: list[list[str]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    after_blank = True
+    for line in lines:
         if not line.strip():
+            after_blank = True
             continue
-        if TITLE_LINE.match(line) or not articles:
+        if (TITLE_LINE.match(line) if titled else after_blank) or not articles:
             articles.append([])
+        after_blank = False
         heading = HEADING_MARKERS.match(line)
         articles[-1].append(heading.group(1) if heading else line.strip())
     if not articles:
-        raise ValueError(f"Text file {path} is empty; give a file of plain text (e.g. WikiText's valid.txt).")
-    return [" ".join(lines) for lines in articles]
+        raise UsageError(f"Text file {path} is empty; give a file of plain text (e.g. WikiText's valid.txt).")
+    return [" ".join(parts) for parts in articles]
 
 
 def split_articles(articles: list[str], held_out_fraction: float) -> tuple[list[str], list[str]]:
@@ -51,6 +73,8 @@ def split_articles(articles: list[str], held_out_fraction: float) -> tuple[list[
 
 def tokenize_articles(articles: list[str], tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     """Token ids of each article, without special tokens; WikiText's markers and `<unk>` are undone first."""
+    if not articles:  # the tokenizer fails on an empty batch
+        return []
     texts = []
     for article in articles:
         for marker, replacement in WIKITEXT_MARKERS.items():
@@ -69,7 +93,7 @@ def block_count(documents: list[list[int]], length: int) -> int:
 def pack_blocks(documents: list[list[int]], length: int, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """(blocks, length) token ids: the documents joined by [SEP] and cut into `[CLS] ... [SEP]` blocks."""
     if length < 3:
-        raise ValueError(f"A block needs at least 3 tokens ([CLS], one token, [SEP]); got length {length}.")
+        raise UsageError(f"A block needs at least 3 tokens ([CLS], one token, [SEP]); got length {length}.")
     separator = tokenizer.sep_token_id
     stream = [token for document in documents for token in (*document, separator)]
     body = length - 2
