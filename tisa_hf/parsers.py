@@ -138,7 +138,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
         default=65536,
         help="Tokens per length: max-tokens // length blocks (at least one), spread over the text.",
     )
-    parser.add_argument("--batch-tokens", type=int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
     parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
@@ -150,7 +150,12 @@ def lm_eval_parser() -> argparse.ArgumentParser:
         help="Every other model's difference to REF (one of the models), with a 95%% bootstrap interval over blocks.",
     )
     add_bootstrap_arguments(parser)
-    parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace an existing lm_eval.json, or discard an unfinished evaluation's results (a rerun with the "
+        "same settings resumes from them).",
+    )
     return parser
 
 
