@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -10,8 +11,10 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..config_types import plain_model_config
+from ..errors import UsageError
 from ..packaged import resolve_model
 from ..patching import position_table_length
+from ..saved_files import check_model_folder
 from .objectives import mlm_head_of
 
 # Architectures whose checkpoints hold an MLM head that AutoModelForMaskedLM loads.
@@ -35,10 +38,12 @@ class CheckpointFacts:
     @classmethod
     def read(cls, name: str) -> CheckpointFacts:
         path = resolve_model(name)
+        if os.path.isdir(path):
+            check_model_folder(path)
         try:
             config = AutoConfig.from_pretrained(path)
         except (OSError, ValueError) as error:
-            raise ValueError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from None
+            raise UsageError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from error
         architectures = tuple(config.architectures or ())
         tisa = getattr(config, "tisa", None)
         with torch.device("meta"):  # the architecture without its weights

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..hub import check_push_target
 from ..hub_access import ModelSource, model_source
+from ..saved_files import check_checkpoint
 from .arguments import ModelArguments, TrainingArguments, resolved_config
 from .run_folder import check_output_dir
 
@@ -34,6 +35,8 @@ def plan_run(*settings: Any) -> RunPlan:
     model_args = next(value for value in settings if isinstance(value, ModelArguments))
     args = next(value for value in settings if isinstance(value, TrainingArguments))
     resume_from = check_output_dir(args.output_dir, resolved_config(*settings), args.resume, args.overwrite_output_dir)
+    if resume_from is not None:
+        check_checkpoint(resume_from)  # before half a minute of loading, a truncated file fails there
     model, tokenizer = model_sources(model_args)
     if args.push_to_hub:
         try:
