@@ -1,4 +1,5 @@
-"""Saved files checked before anything loads them: a model folder's config.json and weights, a checkpoint's files.
+"""Files and folders on disk checked before work starts: a model folder's config.json and weights, a checkpoint's
+files, a text file, an output folder; each problem is one UsageError naming the path.
 
 A truncated download or copy otherwise fails deep inside a load, after the rest has loaded (half a minute for a
 checkpoint under --resume), in a traceback that names no file, and transformers reports a broken config.json as
@@ -11,6 +12,7 @@ end, so a truncated file has none; nothing is unpickled) and JSON. Light on purp
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -56,6 +58,36 @@ def json_damage(path: Path) -> str | None:
     except (ValueError, OSError) as error:  # ValueError: JSONDecodeError and UnicodeDecodeError
         return _first_line(error)
     return None
+
+
+def read_text(path: str | Path) -> str:
+    """The contents of a UTF-8 text file; a UsageError naming the file when it cannot be read as such."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"Text file {path} {'is a folder' if path.is_dir() else 'does not exist'}.")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"Text file {path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}); "
+            "give a plain-text file, or convert it to UTF-8."
+        ) from error
+    except OSError as error:
+        raise UsageError(f"Text file {path} cannot be read ({error.strerror or error}).") from error
+
+
+def check_output_folder(folder: str | Path, option: str) -> None:
+    """Without creating anything (a refused run leaves no folder): a UsageError when `folder`, given as `option`,
+    is a file, lies under one, or lies in a folder this user cannot write."""
+    folder = Path(folder).absolute()
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == folder else f"lies under the file {existing}"
+        raise UsageError(f"{option} {folder} {where}; give a folder (it is created when missing).")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {folder} cannot be written (no write permission in {existing}); choose another.")
 
 
 def check_model_folder(folder: str | Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..errors import UsageError
 from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments
 
 
@@ -67,6 +68,15 @@ class AdaptArguments:
         default=0.1, metadata={"help": "Share of the articles (the last ones, whole) held out for evaluation."}
     )
     max_eval_blocks: int = field(default=64, metadata={"help": "Held-out blocks evaluated per length (spread)."})
+
+    def __post_init__(self) -> None:
+        """Settings that cannot work are refused here, before any text or model is read."""
+        if self.max_eval_blocks < 1:
+            raise UsageError(
+                f"--max-eval-blocks must be at least 1 (a loss over no block is 0 / 0); got {self.max_eval_blocks}."
+            )
+        if not 0 < self.mlm_probability <= 1:
+            raise UsageError(f"--mlm-probability is the share of tokens masked, in (0, 1]; got {self.mlm_probability}.")
 
 
 ADAPT_ARGUMENTS = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)

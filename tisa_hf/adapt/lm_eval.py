@@ -42,10 +42,9 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
-from ..environment import machine, versions
+from ..environment import checked_device, machine, versions
 from ..errors import UsageError
-from ..hub_access import loading_errors, model_remedy
-from ..packaged import resolve_model
+from ..hub_access import loading_errors, model_remedy, model_source
 from ..parsers import lm_eval_parser
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
@@ -74,7 +73,7 @@ class ModelSpec:
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
         interpolated = spec.startswith(INTERPOLATION_PREFIX)
-        facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX))
+        facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX), "model")
         if interpolated and facts.tisa is not None:
             raise UsageError(f"{spec}: interpolation stretches a position table; give the unpatched model.")
         return cls(spec, facts, interpolated)
@@ -102,7 +101,7 @@ def load_model(facts: CheckpointFacts, device: torch.device) -> PreTrainedModel:
     """The checkpoint with its MLM head when it has one (a TISA checkpoint comes back patched), in eval mode."""
     auto_class = AutoModelForMaskedLM if facts.has_mlm_head else AutoModel
     with loading_errors(f"the model {facts.name}", model_remedy("model")):
-        model = auto_class.from_pretrained(facts.path)
+        model = auto_class.from_pretrained(facts.path, local_files_only=facts.local_files_only)
     return model.to(device).eval()
 
 
@@ -209,21 +208,6 @@ def checked_lengths(args: argparse.Namespace) -> list[int]:
     return lengths
 
 
-def resolve_device(name: str | None) -> torch.device:
-    """--device, checked (default: cuda when available)."""
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise UsageError(f"--device {name}: {error}; use cpu, cuda or cuda:N.") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}, but this torch sees no CUDA device; use --device cpu.")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise UsageError(f"--device {name}, but only {torch.cuda.device_count()} CUDA device(s) are visible.")
-    return device
-
-
 def resume_settings(args: argparse.Namespace, lengths: list[int], device: torch.device) -> dict[str, Any]:
     """What the numbers depend on, which a resumed evaluation must keep (--paired and the bootstrap only change
     what is computed from them at the end). The text is compared by content too."""
@@ -243,15 +227,15 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     weights."""
     started = time.perf_counter()
     lengths = checked_lengths(args)
-    device = resolve_device(args.device)
+    device = checked_device(args.device)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder (it is created when missing).")
     if (out / RESULTS_FILE).is_file() and not args.overwrite:
         raise UsageError(f"{out / RESULTS_FILE} exists; choose another --out or pass --overwrite.")
     specs = [ModelSpec.parse(spec) for spec in args.models]
-    teacher = CheckpointFacts.read(args.teacher) if args.teacher else None
-    head_source = CheckpointFacts.read(args.mlm_head) if args.mlm_head else None
+    teacher = CheckpointFacts.read(args.teacher, "--teacher") if args.teacher else None
+    head_source = CheckpointFacts.read(args.mlm_head, "--mlm-head") if args.mlm_head else None
     if head_source is not None and not head_source.has_mlm_head:
         raise UsageError(
             f"--mlm-head {args.mlm_head} holds no MLM head (its config names {', '.join(head_source.architectures)}); "
@@ -267,9 +251,11 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     if len({facts.vocab_size for facts in everyone}) > 1:
         sizes = ", ".join(f"{facts.name}: {facts.vocab_size}" for facts in everyone)
         raise UsageError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
-    tokenizer_name = args.tokenizer or (teacher or specs[0].facts).path
-    with loading_errors(f"the tokenizer {tokenizer_name}", model_remedy("--tokenizer")):
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer_name))
+    source = model_source(args.tokenizer, "--tokenizer") if args.tokenizer else None
+    facts = teacher or specs[0].facts
+    path, local_only = (source.path, source.local_files_only) if source else (facts.path, facts.local_files_only)
+    with loading_errors(f"the tokenizer {path}", model_remedy("--tokenizer")):
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
     documents = tokenize_articles(read_articles(args.text), tokenizer)
     if not block_count(documents, lengths[-1]):
         raise UsageError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")

@@ -19,6 +19,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from ..errors import UsageError
+from ..saved_files import read_text
 
 TITLE_LINE = re.compile(r"^ = (?!= )(.*) = $")
 HEADING_MARKERS = re.compile(r"^ (?:= )+(.*?)(?: =)+ $")
@@ -26,22 +27,6 @@ HEADING_MARKERS = re.compile(r"^ (?:= )+(.*?)(?: =)+ $")
 # that a subword tokenizer sees ordinary text.
 WIKITEXT_MARKERS = {" @-@ ": "-", " @,@ ": ",", " @.@ ": "."}
 WIKITEXT_UNKNOWN = "<unk>"
-
-
-def read_text(path: str | Path) -> str:
-    """The contents of a UTF-8 text file; a UsageError naming the file when it cannot be read as such."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"Text file {path} {'is a folder' if path.is_dir() else 'does not exist'}.")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(
-            f"Text file {path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}); "
-            "give a plain-text file, or convert it to UTF-8."
-        ) from error
-    except OSError as error:
-        raise UsageError(f"Text file {path} cannot be read ({error.strerror or error}).") from error
 
 
 def read_articles(path: str | Path) -> list[str]:

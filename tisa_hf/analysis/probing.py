@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..saved_files import read_text
 from .indicators import (
     LOCAL_OFFSETS,
     average_in_group_variance,
@@ -101,10 +102,7 @@ def probe_identical_words(
 
 def read_texts(path: str | Path) -> list[str]:
     """One text per non-empty line of a UTF-8 file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"Text file {path} does not exist.")
-    texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     if not texts:
         raise ValueError(f"Text file {path} holds no text; put one sentence or paragraph per line.")
     return texts

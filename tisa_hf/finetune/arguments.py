@@ -18,6 +18,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..config import TisaConfig
+from ..errors import UsageError
 
 NESTED_SECTIONS = ("tisa",)
 
@@ -155,6 +156,16 @@ class TrainingArguments:
                 f"warmup_steps must be >= 0 and warmup_ratio in [0, 1]; got {self.warmup_steps} and "
                 f"{self.warmup_ratio}."
             )
+        counts = ("train_batch_size", "eval_batch_size", "gradient_accumulation_steps")
+        too_small = [f"{name} {getattr(self, name)}" for name in counts if getattr(self, name) < 1]
+        if too_small:
+            raise UsageError(f"{', '.join(too_small)}: must be at least 1.")
+        intervals = ("eval_steps", "logging_steps", "checkpoint_steps")
+        negative = [f"{name} {getattr(self, name)}" for name in intervals if getattr(self, name) < 0]
+        if negative:
+            raise UsageError(f"{', '.join(negative)}: must be at least 0 (0: never, or only at the end).")
+        if self.learning_rate < 0:
+            raise UsageError(f"learning_rate must be at least 0; got {self.learning_rate}.")
         if self.load_best_model_at_end and self.eval_steps <= 0:
             raise ValueError(
                 "load_best_model_at_end needs eval_steps > 0: with a single evaluation at the end the best model is "

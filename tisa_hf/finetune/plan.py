@@ -10,7 +10,7 @@ from typing import Any
 
 from ..hub import check_push_target
 from ..hub_access import ModelSource, model_source
-from ..saved_files import check_checkpoint
+from ..saved_files import check_checkpoint, check_output_folder
 from .arguments import ModelArguments, TrainingArguments, resolved_config
 from .run_folder import check_output_dir
 
@@ -35,6 +35,7 @@ def plan_run(*settings: Any) -> RunPlan:
     model_args = next(value for value in settings if isinstance(value, ModelArguments))
     args = next(value for value in settings if isinstance(value, TrainingArguments))
     resume_from = check_output_dir(args.output_dir, resolved_config(*settings), args.resume, args.overwrite_output_dir)
+    check_output_folder(args.output_dir, "--output-dir")
     if resume_from is not None:
         check_checkpoint(resume_from)  # before half a minute of loading, a truncated file fails there
     model, tokenizer = model_sources(model_args)
