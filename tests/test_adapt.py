@@ -76,6 +76,19 @@ def test_articles_split_at_titles_and_blocks_are_full(workspace):
     assert blocks[:, 1:-1].flatten().tolist() == stream[: blocks.shape[0] * 14]
 
 
+def test_plain_text_without_headings_adapts_on_its_paragraphs(workspace, tmp_path):
+    lines = (workspace / "text.txt").read_text().splitlines()
+    plain = tmp_path / "plain.txt"
+    plain.write_text("\n".join(line for line in lines if not line.startswith(" = ")))
+    paragraphs = [line.strip() for line in lines if line.strip() and not line.startswith(" = ")]
+    assert read_articles(plain) == paragraphs and len(paragraphs) == 30
+    argv = adapt_argv(workspace, tmp_path / "run", "--max-eval-blocks", "2")
+    argv[argv.index("--train-text") + 1] = str(plain)
+    record = run_adapt(argv)
+    assert record["adaptation"]["articles"] == {"train": 27, "held_out": 3}  # whole paragraphs held out
+    assert set(record["metrics"]["held_out_loss"]) == {"16", "32"}
+
+
 def copy_of(teacher, tisa):
     """The teacher's weights in a TISA model built by its class (as `from_pretrained` builds the student)."""
     model = AutoModel.from_config(tisa_hf.tisa_model_config(teacher.config, tisa))
@@ -207,6 +220,7 @@ def test_resume_after_a_kill_gives_the_same_model(workspace, tmp_path, monkeypat
 
 BAD_INPUTS = {
     "empty text": ((), "is empty; give a file of plain text"),
+    "binary text": ((), "binary.txt is not UTF-8 text (byte 0x80 at offset 0); give a plain-text file"),
     "text too short": (
         ("--lengths", "16", "48", "--train-batch-size", "32"),
         "is too short for --lengths 48: its training articles give {blocks} block(s) of 48 tokens, fewer than one "
@@ -238,6 +252,9 @@ def test_bad_inputs_fail_before_any_model_loads(case, workspace, tmp_path, monke
     if case == "empty text":
         text = tmp_path / "empty.txt"
         text.write_text("\n \n")
+    if case == "binary text":
+        text = tmp_path / "binary.txt"
+        text.write_bytes(bytes(range(128, 256)))
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")

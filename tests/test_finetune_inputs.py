@@ -330,4 +330,4 @@ def test_adaptation_options_are_checked_when_parsed(tmp_path):
     assert str(error.value) == f"Config file {config}: lengths must be a list, each item an integer; got [64, 'x']."
     with pytest.raises(UsageError) as error:
         parse_arguments(ADAPT_ARGUMENTS, ["--mlm-probability", "0"], prog="test")
-    assert str(error.value) == "--mlm-probability must be in (0, 1); got 0.0."
+    assert str(error.value) == "--mlm-probability is the share of tokens masked, in (0, 1]; got 0.0."

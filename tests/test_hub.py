@@ -3,6 +3,7 @@ upload cannot work (no network: the Hub calls are replaced)."""
 
 import importlib
 import json
+import shutil
 from pathlib import Path
 
 import huggingface_hub
@@ -245,6 +246,21 @@ def test_push_checks_what_it_can_before_building_the_card(run_dir, monkeypatch, 
     )
     assert push_main([str(run_dir), "some one/x"]) == 2
     assert capsys.readouterr().err.startswith("tisa-hf push: 'some one/x' is not a Hub repository id (")
+
+
+def test_push_names_a_wrong_run_folder_before_the_upload_target(run_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the target is refused too, later
+    assert push_main([str(tmp_path / "missing"), "someone/x"]) == 2
+    assert capsys.readouterr().err == (
+        f"tisa-hf push: {tmp_path / 'missing'} is not a folder; give a run directory (saved model, tokenizer, "
+        "metrics.json).\n"
+    )
+    damaged = shutil.copytree(run_dir, tmp_path / "damaged")
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert push_main([str(damaged), "someone/x"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"tisa-hf push: {weights} is damaged or incomplete (") and error.count("\n") == 1
 
 
 def test_card_names_the_machine_the_run_recorded(tmp_path):

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -15,8 +16,10 @@ from tests.conftest import tiny_config
 from tests.finetune_fixtures import write_tiny_model, write_wikitext
 from tisa_hf.adapt import lm_eval
 from tisa_hf.adapt.interpolation import PositionInterpolation, interpolated_rows
+from tisa_hf.adapt.lm_eval_output import PROGRESS_FILE
 from tisa_hf.adapt.text import mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 from tisa_hf.cli import entry
+from tisa_hf.errors import UsageError
 
 lm_eval_main = entry("lm-eval")  # `tisa-hf lm-eval`
 
@@ -191,3 +194,95 @@ def test_paired_differences_and_their_intervals_resample_blocks(models, tmp_path
             lm_eval_main([*argv[:-2], option, "0", "--out", str(tmp_path / "refused")])
         assert exit_info.value.code == 2
         assert f"argument {option}: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_an_interrupted_evaluation_resumes_to_an_uninterrupted_ones_results(models, tmp_path, monkeypatch, caplog):
+    student, teacher = str(models / "student"), str(models / "teacher")
+    specs, extra = (student, f"interp:{teacher}"), ("--paired", student)
+    clean = evaluate(models, tmp_path / "clean", *specs, extra=extra)
+    loaded = []
+    load_model = lm_eval.load_model
+
+    def killed_after_one_model(facts, device):
+        loaded.append(facts.name)
+        if len(loaded) == 3:  # the teacher, the student, then the interpolated teacher
+            raise KeyboardInterrupt
+        return load_model(facts, device)
+
+    monkeypatch.setattr(lm_eval, "load_model", killed_after_one_model)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO, logger="tisa_hf"), pytest.raises(KeyboardInterrupt):
+        evaluate(models, out, *specs, extra=extra)
+    assert not (out / lm_eval.RESULTS_FILE).exists()
+    assert "at 64 tokens: masked-token loss" in caplog.text  # a line per cell when no bar is shown
+    saved = json.loads((out / PROGRESS_FILE).read_text())
+    assert list(saved["cells"]) == [student]
+    assert saved["cells"][student]["16"] == {
+        measure: clean["models"][student]["block_sums"][measure]["16"] for measure in lm_eval.MEASURES
+    }
+
+    # other settings are refused, naming them; the same ones resume without recomputing the student
+    argv = [*specs, "--teacher", teacher, "--text", str(models / "test.txt"), "--out", str(out), "--lengths"]
+    refused = [*argv, *map(str, LENGTHS), "--max-tokens", str(MAX_TOKENS), "--batch-tokens", "100", "--seed", "1"]
+    with pytest.raises(UsageError, match=r"holds an unfinished evaluation with other settings \(seed: 0 -> 1\); "):
+        lm_eval.run(lm_eval.lm_eval_parser().parse_args(refused))
+    loaded.clear()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tisa_hf"):
+        resumed = evaluate(models, out, *specs, extra=extra)
+    assert loaded == [teacher, teacher]  # the teacher's states at 8 and 16, then the interpolated model
+    assert "Resuming: 3 of the 6 (model, length) results are kept from an earlier run" in caplog.text
+    assert not (out / PROGRESS_FILE).exists()
+    for record in (clean, resumed):
+        record.pop("wall_time_s")
+    assert resumed == clean
+    for name in (lm_eval.TABLES_FILE, lm_eval.PLOT_FILE):
+        assert (out / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+
+
+BAD_SETTINGS = {
+    "no masked token": (
+        ("--mlm-probability", "0"),
+        "--mlm-probability is the share of tokens masked, in (0, 1]; got 0.0.",
+    ),
+    "output folder under a file": ((), "cannot be written ("),
+    "a length no model reads": (
+        ("--lengths", "8", "64"),
+        "--lengths 64: no model gets a number at 64 tokens (their position tables: {teacher}: 16; agreement needs",
+    ),
+    "a model twice": ((), "{teacher}: given more than once; give each model once."),
+    "a binary text": ((), "is not UTF-8 text (byte 0x80 at offset 0); give a plain-text file"),
+    "an unfinished evaluation's unreadable results": (
+        (),
+        "lm_eval_progress.json (an interrupted evaluation's results) cannot be read (",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SETTINGS, ids=list(BAD_SETTINGS))
+def test_bad_settings_fail_in_one_line_before_any_model_loads(case, models, tmp_path, monkeypatch, capsys):
+    extra, message = BAD_SETTINGS[case]
+    teacher = str(models / "teacher")
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(lm_eval, "load_model", no_loading)
+    out, text = tmp_path / "out", models / "test.txt"
+    if case == "output folder under a file":
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "out"
+    if case == "a binary text":
+        text = tmp_path / "binary.txt"
+        text.write_bytes(bytes(range(128, 256)))
+    if case == "an unfinished evaluation's unreadable results":
+        out.mkdir()
+        (out / PROGRESS_FILE).write_text('{"settings": {')
+    argv = [teacher, "--text", str(text), "--lengths", "8", "--out", str(out), "--max-tokens", str(MAX_TOKENS)]
+    if case == "a model twice":
+        argv.insert(0, teacher)
+    assert lm_eval.main([*argv, *extra]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("tisa-hf lm-eval: ")
+    assert message.format(teacher=teacher) in error
+    assert case == "an unfinished evaluation's unreadable results" or not out.exists()

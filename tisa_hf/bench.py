@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,9 +42,11 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from .cli_options import bench_parser
 from .config import TisaConfig
-from .environment import machine
+from .environment import checked_device, machine
+from .errors import UsageError
 from .kernels import TisaPositionBias, kernel_values
 from .patching import patch
+from .saved_files import check_output_folder
 
 TISA_KERNELS = 5
 
@@ -329,10 +332,21 @@ def machine_description(device: torch.device) -> dict[str, Any]:
     return {"platform": platform.platform(), "torch": torch.__version__, **machine(device)}
 
 
+def check_output(path: str) -> None:
+    """--output can be written, before minutes of timing (its folder is created when missing)."""
+    output = Path(path)
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a folder; give a file path such as bench.json.")
+    check_output_folder(output.parent, f"--output {output}: its folder")
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options, checked: the device can be used and the output written."""
     args = bench_parser().parse_args(argv)
-    if args.device is None:
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.device = str(checked_device(args.device))
+    if not args.memory_worker:
+        check_output(args.output)
     if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if torch.device(args.device).type == "cuda" else ["float32"]
     return args

@@ -79,14 +79,34 @@ def sweep_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (a count of tokens or resamples)."""
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of tokens or resamples)."""
+    return _whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0 (a count that may be none, such as warm-up runs)."""
+    return _whole_number(text, 0)
+
+
+def dropout_rate(text: str) -> float:
+    """An argparse type: a probability in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
     return value
 
 
@@ -138,7 +158,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
         default=65536,
         help="Tokens per length: max-tokens // length blocks (at least one), spread over the text.",
     )
-    parser.add_argument("--batch-tokens", type=int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
     parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
@@ -150,7 +170,12 @@ def lm_eval_parser() -> argparse.ArgumentParser:
         help="Every other model's difference to REF (one of the models), with a 95%% bootstrap interval over blocks.",
     )
     add_bootstrap_arguments(parser)
-    parser.add_argument("--overwrite", action="store_true", help="Replace an existing lm_eval.json.")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace an existing lm_eval.json, or discard an unfinished evaluation's results (a rerun with the "
+        "same settings resumes from them).",
+    )
     return parser
 
 
@@ -172,11 +197,11 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dtypes", nargs="+", choices=("float32", "bfloat16"), help="default: float32, plus bfloat16 on CUDA"
     )
-    parser.add_argument("--bias-lengths", nargs="+", type=int, default=[128, 512, 2048])
-    parser.add_argument("--replace-lengths", nargs="+", type=int, default=[1024, 2048, 4096])
-    parser.add_argument("--attention-dropout", type=float, default=0.1, help="attention dropout in training")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bias-lengths", nargs="+", type=positive_int, default=[128, 512, 2048])
+    parser.add_argument("--replace-lengths", nargs="+", type=positive_int, default=[1024, 2048, 4096])
+    parser.add_argument("--attention-dropout", type=dropout_rate, default=0.1, help="attention dropout in training")
+    parser.add_argument("--warmup", type=non_negative_int, default=1)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--output", default="bench.json", help="where the JSON results go")
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)

@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from . import __version__
+from .errors import UsageError
 
 
 def _installed(package: str) -> str | None:
@@ -21,6 +22,22 @@ def _installed(package: str) -> str | None:
         return version(package)
     except PackageNotFoundError:
         return None
+
+
+def checked_device(name: str | None) -> torch.device:
+    """A --device option as a torch device, checked against what this torch can use (default: cuda when
+    available); a UsageError when it cannot be."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise UsageError(f"--device {name}: {error}; use cpu, cuda or cuda:N.") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}, but this torch sees no CUDA device; use --device cpu.")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}, but only {torch.cuda.device_count()} CUDA device(s) are visible.")
+    return device
 
 
 def versions() -> dict[str, str | None]:

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import huggingface_hub
 from huggingface_hub import constants, errors
 from huggingface_hub.utils import get_session, validate_repo_id
+from safetensors import SafetensorError
 
 from .errors import UsageError
 from .packaged import MINILM_ALIAS, resolve_model
+from .saved_files import check_model_folder
 
 PROBE_TIMEOUT_S = 3.0
 # What failed loads raise: OSError (transformers' "couldn't connect", a missing file, huggingface_hub's
@@ -80,7 +82,8 @@ def model_source(name: str, option: str = "--model") -> ModelSource:
     """Checks that `name` (`minilm`, a local folder or a Hub id) can be loaded, without loading it.
 
     A Hub id is fine when the Hub answers, or when the local cache holds it (then it is read from the cache only,
-    skipping transformers' retries). Anything else is a UsageError naming the problem and the way out.
+    skipping transformers' retries); a local folder's config.json and weights are checked (`check_model_folder`).
+    Anything else is a UsageError naming the problem and the way out.
     """
     try:
         path = resolve_model(name)
@@ -88,6 +91,7 @@ def model_source(name: str, option: str = "--model") -> ModelSource:
         raise UsageError(f"{option} {name}: {error}") from error
     remedy = model_remedy(option)
     if os.path.isdir(path):
+        check_model_folder(path)
         return ModelSource(path)
     if os.path.exists(path):
         raise UsageError(f"{option} {name} is a file; it takes a model folder or a Hub id: {remedy}.")
@@ -117,9 +121,15 @@ def check_hub_dataset(name: str, remedy: str) -> None:
 
 @contextmanager
 def loading_errors(what: str, remedy: str) -> Iterator[None]:
-    """Turns what a failed `from_pretrained` or `load_dataset` raises into one UsageError line."""
+    """Turns what a failed `from_pretrained` or `load_dataset` raises into one UsageError line; a damaged weights
+    file (one in the Hub cache: a local folder's are checked by `model_source`) says so."""
     try:
         yield
+    except SafetensorError as error:
+        raise UsageError(
+            f"Could not load {what}: a weights file is damaged or incomplete ({describe_error(error)}); "
+            f"re-download or re-save the model, or {remedy}."
+        ) from error
     except LOADING_ERRORS as error:
         raise UsageError(f"Could not load {what}: {describe_error(error)}; {remedy}.") from error
 

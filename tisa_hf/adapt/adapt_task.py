@@ -136,7 +136,7 @@ def _check_text(
     if adapt_args.held_out_fraction > 0 and len(articles) < 2:
         raise UsageError(
             f"{path} has a single article, so none can be held out for evaluation; give a text of several articles "
-            "(WikiText ' = Title = ' headings) or --held-out-fraction 0."
+            "(WikiText ' = Title = ' headings, or paragraphs between blank lines) or --held-out-fraction 0."
         )
     for length in adapt_args.lengths:
         blocks = block_count(train, length)

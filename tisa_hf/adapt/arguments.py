@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import UsageError
-from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments, require_at_least
+from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments
 
 
 @dataclass
@@ -47,7 +47,11 @@ class AdaptArguments:
         },
     )
     train_text: str | None = field(
-        default=None, metadata={"help": "Plain-text file (WikiText format: ' = Title = ' starts an article)."}
+        default=None,
+        metadata={
+            "help": "UTF-8 text file: WikiText (' = Title = ' starts an article) or plain text, whose "
+            "blank-line-separated paragraphs are its articles."
+        },
     )
     lengths: list[int] = field(
         default_factory=lambda: [128],
@@ -66,9 +70,13 @@ class AdaptArguments:
     max_eval_blocks: int = field(default=64, metadata={"help": "Held-out blocks evaluated per length (spread)."})
 
     def __post_init__(self) -> None:
-        if not 0 < self.mlm_probability < 1:
-            raise UsageError(f"--mlm-probability must be in (0, 1); got {self.mlm_probability}.")
-        require_at_least("--max-eval-blocks", self.max_eval_blocks, 1)
+        """Settings that cannot work are refused here, before any text or model is read."""
+        if self.max_eval_blocks < 1:
+            raise UsageError(
+                f"--max-eval-blocks must be at least 1 (a loss over no block is 0 / 0); got {self.max_eval_blocks}."
+            )
+        if not 0 < self.mlm_probability <= 1:
+            raise UsageError(f"--mlm-probability is the share of tokens masked, in (0, 1]; got {self.mlm_probability}.")
 
 
 ADAPT_ARGUMENTS = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)

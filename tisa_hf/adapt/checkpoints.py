@@ -11,7 +11,7 @@ from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..config_types import plain_model_config
 from ..errors import UsageError
-from ..packaged import resolve_model
+from ..hub_access import model_source
 from ..patching import position_table_length
 from .objectives import mlm_head_of
 
@@ -22,7 +22,7 @@ MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
 @dataclass(frozen=True)
 class CheckpointFacts:
     """`name` as given, its resolved `path`, its TISA settings (None: unpatched), whether it has an MLM head, how
-    many positions its table holds and its vocabulary size."""
+    many positions its table holds, its vocabulary size and whether it loads from the local cache only."""
 
     name: str
     path: str
@@ -32,12 +32,15 @@ class CheckpointFacts:
     table_length: int
     architectures: tuple[str, ...]
     vocab_size: int
+    local_files_only: bool = False  # the Hub is out of reach, but its cache holds the model
 
     @classmethod
-    def read(cls, name: str) -> CheckpointFacts:
-        path = resolve_model(name)
+    def read(cls, name: str, option: str = "--model") -> CheckpointFacts:
+        """The facts of `name` (given as `option`, for the messages), which `model_source` checks first."""
+        source = model_source(name, option)
+        path = source.path
         try:
-            config = AutoConfig.from_pretrained(path)
+            config = AutoConfig.from_pretrained(path, local_files_only=source.local_files_only)
         except (OSError, ValueError) as error:
             raise UsageError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from error
         architectures = tuple(config.architectures or ())
@@ -53,6 +56,7 @@ class CheckpointFacts:
             table_length=position_table_length(base, adapter),
             architectures=architectures,
             vocab_size=config.vocab_size,
+            local_files_only=source.local_files_only,
         )
 
     @property

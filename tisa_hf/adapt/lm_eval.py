@@ -16,13 +16,18 @@ that cannot read n tokens (a position table shorter than n) gets null at n. Long
 `replace` mode attends blockwise at inference, and the other models run sdpa without a mask.
 
 Writes OUT/lm_eval.json (every number, the settings and versions), OUT/lm_eval.md (a table per measure, models
-against lengths) and OUT/lm_eval.png (each measure against length, log axis).
+against lengths) and OUT/lm_eval.png (each measure against length, log axis). Every setting, model config, the
+text and the output folder are checked before any weights load. Each model's numbers at each length are kept in
+OUT as soon as they are computed, and a rerun with the same settings resumes from them (lm_eval_output.py); a
+progress bar (on a terminal) or a log line per model and length tells how far it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -34,17 +39,21 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import nn
+from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
 from ..cli_options import lm_eval_parser
-from ..environment import machine, versions
+from ..environment import checked_device, machine, versions
 from ..errors import UsageError
-from ..packaged import resolve_model
+from ..hub_access import loading_errors, model_remedy, model_source
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
+from .lm_eval_output import FinishedCells, check_writable, replace_atomically, write_text_atomically
 from .objectives import IGNORE_INDEX, masked_token_losses, mlm_head_of
 from .paired_blocks import paired_to
 from .text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
+
+logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "lm_eval.json"
 PLOT_FILE = "lm_eval.png"
@@ -64,7 +73,7 @@ class ModelSpec:
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
         interpolated = spec.startswith(INTERPOLATION_PREFIX)
-        facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX))
+        facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX), "model")
         if interpolated and facts.tisa is not None:
             raise UsageError(f"{spec}: interpolation stretches a position table; give the unpatched model.")
         return cls(spec, facts, interpolated)
@@ -91,48 +100,67 @@ class LengthData:
 def load_model(facts: CheckpointFacts, device: torch.device) -> PreTrainedModel:
     """The checkpoint with its MLM head when it has one (a TISA checkpoint comes back patched), in eval mode."""
     auto_class = AutoModelForMaskedLM if facts.has_mlm_head else AutoModel
-    return auto_class.from_pretrained(facts.path).to(device).eval()
+    with loading_errors(f"the model {facts.name}", model_remedy("model")):
+        model = auto_class.from_pretrained(facts.path, local_files_only=facts.local_files_only)
+    return model.to(device).eval()
 
 
-def _batches(tensor: torch.Tensor, length: int, batch_tokens: int, device: torch.device):
+def _batches(tensor: torch.Tensor, length: int, batch_tokens: int, device: torch.device, progress: tqdm | None = None):
+    """`tensor`'s rows in batches of about `batch_tokens` tokens on `device`; `progress` counts the rows done."""
     size = max(1, batch_tokens // length)
     for start in range(0, len(tensor), size):
         yield tensor[start : start + size].to(device)
+        if progress is not None:
+            progress.update(min(size, len(tensor) - start))
 
 
 @torch.no_grad()
 def final_hidden_states(
-    model: PreTrainedModel, blocks: torch.Tensor, batch_tokens: int, device: torch.device
+    model: PreTrainedModel,
+    blocks: torch.Tensor,
+    batch_tokens: int,
+    device: torch.device,
+    progress: tqdm | None = None,
 ) -> torch.Tensor:
     """(blocks, length, hidden) final hidden states, float32 on the CPU."""
     length = blocks.shape[1]
     return torch.cat(
         [
             model.base_model(input_ids=batch).last_hidden_state.float().cpu()
-            for batch in _batches(blocks, length, batch_tokens, device)
+            for batch in _batches(blocks, length, batch_tokens, device, progress)
         ]
     )
 
 
 @torch.no_grad()
 def agreement_sums(
-    model: PreTrainedModel, blocks: torch.Tensor, teacher_states: torch.Tensor, batch_tokens: int, device: torch.device
+    model: PreTrainedModel,
+    blocks: torch.Tensor,
+    teacher_states: torch.Tensor,
+    batch_tokens: int,
+    device: torch.device,
+    progress: tqdm | None = None,
 ) -> list[float]:
     """Per block, the sum over its tokens of cos(model's final hidden state, teacher's)."""
-    states = final_hidden_states(model, blocks, batch_tokens, device)
+    states = final_hidden_states(model, blocks, batch_tokens, device, progress)
     return F.cosine_similarity(states, teacher_states, dim=-1).double().sum(-1).tolist()
 
 
 @torch.no_grad()
 def masked_loss_sums(
-    model: PreTrainedModel, head: nn.Module, data: LengthData, batch_tokens: int, device: torch.device
+    model: PreTrainedModel,
+    head: nn.Module,
+    data: LengthData,
+    batch_tokens: int,
+    device: torch.device,
+    progress: tqdm | None = None,
 ) -> list[float]:
     """Per block, the sum of the cross-entropy over its masked tokens."""
     length = data.masked.shape[1]
     return [
         value
         for masked, labels in zip(
-            _batches(data.masked, length, batch_tokens, device),
+            _batches(data.masked, length, batch_tokens, device, progress),
             _batches(data.labels, length, batch_tokens, device),
             strict=True,
         )
@@ -144,28 +172,70 @@ def masked_loss_sums(
 
 @dataclass
 class EvaluationSetup:
-    """What every model is measured on and against, checked and built before any model loads."""
+    """What every model is measured on and against, checked and built before any model loads, and the cells
+    (model, length) already finished."""
 
     specs: list[ModelSpec]
     teacher: CheckpointFacts | None
     head_source: CheckpointFacts | None
     data: dict[int, LengthData]
+    device: torch.device
+    cells: FinishedCells
+
+    def has_head(self, spec: ModelSpec) -> bool:
+        return self.head_source is not None or spec.facts.has_mlm_head
+
+    def measures_agreement(self, spec: ModelSpec, length: int) -> bool:
+        return spec.reads(length) and self.teacher is not None and self.teacher.reads(length)
+
+    def measures_loss(self, spec: ModelSpec, length: int) -> bool:
+        return spec.reads(length) and self.has_head(spec)
 
 
-def prepare(args: argparse.Namespace) -> EvaluationSetup:
-    """Checks every request against the configs, the tokenizer and the text; loads no weights."""
-    out = Path(args.out)
-    if (out / RESULTS_FILE).is_file() and not args.overwrite:
-        raise UsageError(f"{out / RESULTS_FILE} exists; choose another --out or pass --overwrite.")
+def checked_lengths(args: argparse.Namespace) -> list[int]:
+    """The lengths, short to long, once the settings that need no file are checked."""
     lengths = sorted(set(args.lengths))
     if lengths[0] < 3:
         raise UsageError(f"--lengths must be at least 3 tokens ([CLS], a token, [SEP]); got {lengths[0]}.")
+    if not 0 < args.mlm_probability <= 1:
+        raise UsageError(f"--mlm-probability is the share of tokens masked, in (0, 1]; got {args.mlm_probability}.")
+    repeated = sorted({spec for spec in args.models if args.models.count(spec) > 1})
+    if repeated:
+        raise UsageError(f"{', '.join(repeated)}: given more than once; give each model once.")
     unknown = [reference for reference in args.paired if reference not in args.models]
     if unknown:
         raise UsageError(f"--paired {' '.join(unknown)}: a reference must be one of the compared models.")
+    return lengths
+
+
+def resume_settings(args: argparse.Namespace, lengths: list[int], device: torch.device) -> dict[str, Any]:
+    """What the numbers depend on, which a resumed evaluation must keep (--paired and the bootstrap only change
+    what is computed from them at the end). The text is compared by content too."""
+    digest = hashlib.sha256(Path(args.text).read_bytes()).hexdigest()
+    names = ("models", "text", "teacher", "mlm_head", "tokenizer", "max_tokens", "batch_tokens", "mlm_probability")
+    return {
+        **{name: getattr(args, name) for name in names},
+        "text_sha256": digest,
+        "lengths": lengths,
+        "seed": args.seed,
+        "device": str(device),
+    }
+
+
+def prepare(args: argparse.Namespace) -> EvaluationSetup:
+    """Checks every request against the configs, the tokenizer, the text and the output folder; loads no
+    weights."""
+    started = time.perf_counter()
+    lengths = checked_lengths(args)
+    device = checked_device(args.device)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder (it is created when missing).")
+    if (out / RESULTS_FILE).is_file() and not args.overwrite:
+        raise UsageError(f"{out / RESULTS_FILE} exists; choose another --out or pass --overwrite.")
     specs = [ModelSpec.parse(spec) for spec in args.models]
-    teacher = CheckpointFacts.read(args.teacher) if args.teacher else None
-    head_source = CheckpointFacts.read(args.mlm_head) if args.mlm_head else None
+    teacher = CheckpointFacts.read(args.teacher, "--teacher") if args.teacher else None
+    head_source = CheckpointFacts.read(args.mlm_head, "--mlm-head") if args.mlm_head else None
     if head_source is not None and not head_source.has_mlm_head:
         raise UsageError(
             f"--mlm-head {args.mlm_head} holds no MLM head (its config names {', '.join(head_source.architectures)}); "
@@ -181,56 +251,151 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     if len({facts.vocab_size for facts in everyone}) > 1:
         sizes = ", ".join(f"{facts.name}: {facts.vocab_size}" for facts in everyone)
         raise UsageError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.tokenizer or (teacher or specs[0].facts).path))
+    source = model_source(args.tokenizer, "--tokenizer") if args.tokenizer else None
+    facts = teacher or specs[0].facts
+    path, local_only = (source.path, source.local_files_only) if source else (facts.path, facts.local_files_only)
+    with loading_errors(f"the tokenizer {path}", model_remedy("--tokenizer")):
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
     documents = tokenize_articles(read_articles(args.text), tokenizer)
     if not block_count(documents, lengths[-1]):
         raise UsageError(f"{args.text} is too short for --lengths {lengths[-1]}: it gives no block of that length.")
+    cells = FinishedCells.open(out, resume_settings(args, lengths, device), args.overwrite, started)
     data = {}
     for length in lengths:
         blocks = spread_selection(pack_blocks(documents, length, tokenizer), max(1, args.max_tokens // length))
         data[length] = LengthData(blocks, *mask_blocks(blocks, tokenizer, args.mlm_probability, args.seed))
-    return EvaluationSetup(specs, teacher, head_source, data)
+    setup = EvaluationSetup(specs, teacher, head_source, data, device, cells)
+    check_measurable(setup, args.mlm_probability)
+    check_writable(out)
+    return setup
 
 
-def evaluate(setup: EvaluationSetup, batch_tokens: int, device: torch.device) -> dict[str, dict[str, Any]]:
-    """Per model, measure and length: the per-block sums (None where not measurable) and their ratio to the
-    blocks' weights, the measure over all tokens."""
+def check_measurable(setup: EvaluationSetup, mlm_probability: float) -> None:
+    """Every length gives some model a number, and the masks of every length where a loss is measured hold a
+    token (a loss over no token is 0 / 0)."""
+    for length, data in setup.data.items():
+        if not any(setup.measures_agreement(spec, length) or setup.measures_loss(spec, length) for spec in setup.specs):
+            tables = ", ".join(f"{spec.spec}: {spec.facts.table_length}" for spec in setup.specs)
+            raise UsageError(
+                f"--lengths {length}: no model gets a number at {length} tokens (their position tables: {tables}; "
+                "agreement needs a teacher that reads the length, the masked-token loss an MLM head); drop the "
+                "length, or add a model that reads it (TISA replace mode, or interp:MODEL)."
+            )
+        losses = any(setup.measures_loss(spec, length) for spec in setup.specs)
+        if losses and not sum(data.block_weights["mlm_loss"]):
+            raise UsageError(
+                f"--mlm-probability {mlm_probability} masks no token of the {len(data.blocks)} block(s) of {length} "
+                "tokens; raise --mlm-probability or --max-tokens."
+            )
+
+
+def _pending(setup: EvaluationSetup) -> dict[str, list[int]]:
+    """Per model, the lengths no earlier run finished."""
+    return {
+        spec.spec: [length for length in setup.data if setup.cells.get(spec.spec, length) is None]
+        for spec in setup.specs
+    }
+
+
+def _evaluate_model(
+    spec: ModelSpec,
+    lengths: list[int],
+    setup: EvaluationSetup,
+    teacher_states: dict[int, torch.Tensor],
+    shared_head: nn.Module | None,
+    batch_tokens: int,
+    progress: tqdm,
+) -> None:
+    """Computes `spec`'s cells at `lengths`, each kept in `setup.cells` as soon as it is done."""
+    device = setup.device
+    model = load_model(spec.facts, device)
+    interpolation = PositionInterpolation(model) if spec.interpolated else None
+    head = shared_head or (mlm_head_of(model) if spec.facts.has_mlm_head else None)
+    for length in lengths:
+        data = setup.data[length]
+        progress.set_description(f"lm-eval: {spec.spec} at {length} tokens")
+        if interpolation is not None:
+            interpolation.stretch_to(length)
+        sums: dict[str, list[float] | None] = {measure: None for measure in MEASURES}
+        if setup.measures_agreement(spec, length):
+            sums["agreement"] = agreement_sums(
+                model, data.blocks, teacher_states[length], batch_tokens, device, progress
+            )
+        if setup.measures_loss(spec, length):
+            sums["mlm_loss"] = masked_loss_sums(model, head, data, batch_tokens, device, progress)
+        setup.cells.add(spec.spec, length, sums)
+        if progress.disable:  # no bar (not a terminal): a plain line per cell
+            means = [
+                f"{MEASURES[measure]} {sum(values) / sum(data.block_weights[measure]):.4f}"
+                for measure, values in sums.items()
+                if values is not None
+            ]
+            logger.info("%s at %d tokens: %s", spec.spec, length, ", ".join(means) or "not measurable")
+
+
+def _model_record(spec: ModelSpec, setup: EvaluationSetup) -> dict[str, Any]:
+    """A model's entry of lm_eval.json: per measure and length its number over all tokens (the ratio of the
+    per-block sums to the blocks' weights; None where not measurable) and the per-block sums."""
+    sums: dict[str, dict[str, list[float] | None]] = {measure: {} for measure in MEASURES}
+    means: dict[str, dict[str, float | None]] = {measure: {} for measure in MEASURES}
+    for length, data in setup.data.items():
+        cell = setup.cells.get(spec.spec, length)
+        for measure in MEASURES:
+            values = cell[measure]
+            sums[measure][str(length)] = values
+            means[measure][str(length)] = None if values is None else sum(values) / sum(data.block_weights[measure])
+    return {
+        "tisa": spec.facts.tisa.to_dict() if spec.facts.tisa else None,
+        "position_table_length": spec.facts.table_length,
+        "interpolated": spec.interpolated,
+        **means,
+        "block_sums": sums,
+    }
+
+
+def evaluate(setup: EvaluationSetup, batch_tokens: int) -> dict[str, dict[str, Any]]:
+    """Every model's record (`_model_record`): the cells an interrupted run finished are kept, the others computed.
+    The teacher's hidden states are computed only at the lengths where a model still needs them."""
+    pending = _pending(setup)
+    total, to_do = len(setup.specs) * len(setup.data), sum(map(len, pending.values()))
+    if to_do < total:
+        logger.info(
+            "Resuming: %d of the %d (model, length) results are kept from an earlier run with these settings "
+            "(%s); %d to compute.",
+            total - to_do,
+            total,
+            setup.cells.path,
+            to_do,
+        )
+    teacher_lengths = [
+        length
+        for length in setup.data
+        if any(length in pending[spec.spec] and setup.measures_agreement(spec, length) for spec in setup.specs)
+    ]
+    blocks = {length: len(data.blocks) for length, data in setup.data.items()}
+    work = sum(blocks[length] for length in teacher_lengths) + sum(
+        blocks[length] * (setup.measures_agreement(spec, length) + setup.measures_loss(spec, length))
+        for spec in setup.specs
+        for length in pending[spec.spec]
+    )
+    # tqdm's disable=None: a bar on a terminal only; elsewhere, as in a log file, a log line per cell.
+    progress = tqdm(total=work, desc="lm-eval", unit="block", disable=None if work else True)
     teacher_states = {}
-    if setup.teacher is not None:
-        teacher = load_model(setup.teacher, device)
-        for length, data in setup.data.items():
-            if setup.teacher.reads(length):
-                teacher_states[length] = final_hidden_states(teacher, data.blocks, batch_tokens, device)
+    if teacher_lengths:
+        progress.set_description("lm-eval: teacher")
+        teacher = load_model(setup.teacher, setup.device)
+        for length in teacher_lengths:
+            data = setup.data[length]
+            teacher_states[length] = final_hidden_states(teacher, data.blocks, batch_tokens, setup.device, progress)
         del teacher
-    shared_head = mlm_head_of(load_model(setup.head_source, device)) if setup.head_source else None
-    results = {}
+    shared_head = None
+    if setup.head_source is not None and to_do:
+        shared_head = mlm_head_of(load_model(setup.head_source, setup.device))
     for spec in setup.specs:
-        model = load_model(spec.facts, device)
-        interpolation = PositionInterpolation(model) if spec.interpolated else None
-        head = shared_head or (mlm_head_of(model) if spec.facts.has_mlm_head else None)
-        sums: dict[str, dict[str, list[float] | None]] = {measure: {} for measure in MEASURES}
-        means: dict[str, dict[str, float | None]] = {measure: {} for measure in MEASURES}
-        for length, data in setup.data.items():
-            readable = spec.reads(length)
-            if interpolation is not None:
-                interpolation.stretch_to(length)
-            agreement = loss = None
-            if readable and length in teacher_states:
-                agreement = agreement_sums(model, data.blocks, teacher_states[length], batch_tokens, device)
-            if readable and head is not None:
-                loss = masked_loss_sums(model, head, data, batch_tokens, device)
-            for measure, values in (("agreement", agreement), ("mlm_loss", loss)):
-                sums[measure][str(length)] = values
-                means[measure][str(length)] = None if values is None else sum(values) / sum(data.block_weights[measure])
-        results[spec.spec] = {
-            "tisa": spec.facts.tisa.to_dict() if spec.facts.tisa else None,
-            "position_table_length": spec.facts.table_length,
-            "interpolated": spec.interpolated,
-            **means,
-            "block_sums": sums,
-        }
-        del model
-    return results
+        if pending[spec.spec]:
+            _evaluate_model(spec, pending[spec.spec], setup, teacher_states, shared_head, batch_tokens, progress)
+    progress.close()
+    return {spec.spec: _model_record(spec, setup) for spec in setup.specs}
 
 
 def measured(record: dict[str, Any]) -> list[str]:
@@ -310,9 +475,7 @@ def plot_measures(record: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    started = time.perf_counter()
     setup = prepare(args)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record = {
         "text": args.text,
         "lengths": list(setup.data),
@@ -323,19 +486,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mlm_probability": args.mlm_probability,
         "seed": args.seed,
         "block_tokens": {str(length): data.block_weights for length, data in setup.data.items()},
-        "models": evaluate(setup, args.batch_tokens, device),
-        "wall_time_s": round(time.perf_counter() - started, 1),  # from reading the text to the last number
+        "models": evaluate(setup, args.batch_tokens),
+        # from reading the text to the last number, over the runs an interrupted evaluation took
+        "wall_time_s": round(setup.cells.wall_time_s(), 1),
         "versions": versions(),
-        "machine": machine(device),
+        "machine": machine(setup.device),
     }
     record["paired"] = {
         reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
     }
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / RESULTS_FILE).write_text(json.dumps(record, indent=2))
-    (out / TABLES_FILE).write_text(format_tables(record))
-    plot_measures(record, out / PLOT_FILE)
+    write_text_atomically(out / TABLES_FILE, format_tables(record))
+    replace_atomically(out / PLOT_FILE, lambda path: plot_measures(record, path))
+    write_text_atomically(out / RESULTS_FILE, json.dumps(record, indent=2))  # last: it marks the evaluation done
+    setup.cells.remove()
     return record
 
 

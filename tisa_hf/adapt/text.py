@@ -1,7 +1,8 @@
 """Plain text for adaptation and long-input evaluation: articles, fixed-length token blocks and fixed masks.
 
 A text file is split into articles at WikiText's title lines (` = Title = `; sections are ` = = Section = = `),
-or is one article when it has none. Train/held-out splits are made of whole articles, never of blocks, so no
+or, plain text without them, into its paragraphs (blocks of lines between blank lines), so that any UTF-8 text
+gives documents to pack and to hold out whole. Train/held-out splits are made of whole articles, never of blocks, so no
 article contributes to both. Packing concatenates the tokenised articles with a separator token between them
 and cuts the stream into blocks `[CLS] t_1 ... t_{L-2} [SEP]` of exactly L tokens (the last partial block is
 dropped), so every block is full, no padding is needed and articles longer than L are read across blocks.
@@ -18,6 +19,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from ..errors import UsageError
+from ..saved_files import read_text
 
 TITLE_LINE = re.compile(r"^ = (?!= )(.*) = $")
 HEADING_MARKERS = re.compile(r"^ (?:= )+(.*?)(?: =)+ $")
@@ -28,21 +30,24 @@ WIKITEXT_UNKNOWN = "<unk>"
 
 
 def read_articles(path: str | Path) -> list[str]:
-    """The articles of a text file, each as one string of its non-empty lines (headings without their `=`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"Text file {path} does not exist.")
+    """The articles of a text file (its paragraphs when it has no title line), each as one string of its
+    non-empty lines (headings without their `=`)."""
+    lines = read_text(path).splitlines()
+    titled = any(TITLE_LINE.match(line) for line in lines)
     articles: list[list[str]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    after_blank = True
+    for line in lines:
         if not line.strip():
+            after_blank = True
             continue
-        if TITLE_LINE.match(line) or not articles:
+        if (TITLE_LINE.match(line) if titled else after_blank) or not articles:
             articles.append([])
+        after_blank = False
         heading = HEADING_MARKERS.match(line)
         articles[-1].append(heading.group(1) if heading else line.strip())
     if not articles:
         raise UsageError(f"Text file {path} is empty; give a file of plain text (e.g. WikiText's valid.txt).")
-    return [" ".join(lines) for lines in articles]
+    return [" ".join(parts) for parts in articles]
 
 
 def split_articles(articles: list[str], held_out_fraction: float) -> tuple[list[str], list[str]]:
@@ -53,6 +58,8 @@ def split_articles(articles: list[str], held_out_fraction: float) -> tuple[list[
 
 def tokenize_articles(articles: list[str], tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     """Token ids of each article, without special tokens; WikiText's markers and `<unk>` are undone first."""
+    if not articles:  # the tokenizer fails on an empty batch
+        return []
     texts = []
     for article in articles:
         for marker, replacement in WIKITEXT_MARKERS.items():

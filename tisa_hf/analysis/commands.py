@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..cli_options import analyze_parser, compare_parser
+from ..saved_files import check_output_folder
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .loading import load_model, load_tokenizer
 from .pipeline import AnalysisOptions, analyze_model
@@ -36,6 +37,7 @@ def _analyze_one(path_or_id: str, args: argparse.Namespace, layers: list[int] | 
 
 def analyze(argv: list[str]) -> int:
     args = analyze_parser().parse_args(argv)
+    check_output_folder(args.out, "--out")
     result = _analyze_one(args.model, args, args.layers)
     out = Path(args.out)
     figures = save_figures(result, out)
@@ -48,6 +50,8 @@ def analyze(argv: list[str]) -> int:
 def compare(argv: list[str]) -> int:
     args = compare_parser().parse_args(argv)
     check_scores(args.scores, len(args.models))
+    if args.out:
+        check_output_folder(args.out, "--out")
     metrics = {}
     for name in args.models:
         report = saved_report(name)

@@ -11,6 +11,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import UsageError
+from ..saved_files import read_text
 from .indicators import (
     LOCAL_OFFSETS,
     average_in_group_variance,
@@ -102,10 +103,7 @@ def probe_identical_words(
 
 def read_texts(path: str | Path) -> list[str]:
     """One text per non-empty line of a UTF-8 file."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"Text file {path} does not exist.")
-    texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     if not texts:
         raise UsageError(f"Text file {path} holds no text; put one sentence or paragraph per line.")
     return texts

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..hub_access import ModelSource, check_push_target, model_source
+from ..saved_files import check_checkpoint, check_output_folder
 from .arguments import ModelArguments, TrainingArguments, resolved_config
 from .run_folder import RunFolder
 
@@ -35,6 +36,9 @@ def plan_run(*settings: Any) -> RunPlan:
     args = next(value for value in settings if isinstance(value, TrainingArguments))
     folder = RunFolder(args.output_dir)
     resume_from = folder.check(resolved_config(*settings), args.resume, args.overwrite_output_dir)
+    check_output_folder(args.output_dir, "--output-dir")
+    if resume_from is not None:
+        check_checkpoint(resume_from)  # before half a minute of loading, a truncated file fails there
     model, tokenizer = model_sources(model_args)
     if args.push_to_hub:
         try:

@@ -26,7 +26,8 @@ from ..errors import UsageError
 from ..hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..packaged import MINILM_ALIAS, MINILM_HUB_ID
 from ..patching import tisa_config_of
-from .run_folder import RunFolder
+from ..saved_files import check_model_folder
+from .run_folder import METRICS_FILE, RunFolder
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
 METRICS_KEYS = ("config", "seed", "metrics", "versions", "wall_time_s")
@@ -73,6 +74,15 @@ def read_run_metrics(run_dir: Path) -> dict[str, Any]:
     if "task" not in record and "task" not in record["config"]:
         raise UsageError(f'{path} names no task: it needs "task" at the top or in "config".')
     return record
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """The run folder holds an intact model (`check_model_folder`) and a metrics.json a card can use; checked
+    before the upload target, so that a wrong folder is the first thing said."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a folder; give a run directory (saved model, tokenizer, {METRICS_FILE}).")
+    check_model_folder(run_dir)
+    read_run_metrics(run_dir)
 
 
 def load_run_model(run_dir: Path) -> PreTrainedModel:
@@ -333,6 +343,7 @@ def push_run(run_dir: str | Path, repo_id: str, private: bool = False, token: st
 
 def main(argv: list[str]) -> int:
     args = push_parser().parse_args(argv)
+    check_run_folder(Path(args.run_dir))
     check_push_target(args.repo_id)
     try:
         url = push_run(Path(args.run_dir), args.repo_id, private=args.private)
