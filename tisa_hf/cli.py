@@ -61,6 +61,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.parsers:lm_eval_parser",
         "Teacher agreement and masked-token loss against input length.",
     ),
+    "longembed": Command(
+        "tisa_hf.embeddings.longembed",
+        "tisa_hf.embeddings.options:longembed_parser",
+        "Passkey and needle retrieval (Acc@1) against document length.",
+    ),
     "push": Command("tisa_hf.hub", "tisa_hf.parsers:push_parser", "Upload a run's model with a model card to the Hub."),
     "bench": Command(
         "tisa_hf.bench", "tisa_hf.parsers:bench_parser", "Speed and memory of TISA against plain attention."
