@@ -77,6 +77,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.cli_options:lm_eval_parser",
         "Teacher agreement and masked-token loss against input length.",
     ),
+    "longembed": Command(
+        "tisa_hf.embeddings.longembed",
+        "tisa_hf.embeddings.options:longembed_parser",
+        "Passkey and needle retrieval (Acc@1) against document length.",
+    ),
     "push": Command(
         "tisa_hf.finetune.push", "tisa_hf.cli_options:push_parser", "Upload a run's model with a model card to the Hub."
     ),

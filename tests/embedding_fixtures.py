@@ -1,0 +1,38 @@
+"""A tiny BERT with a WordPiece tokenizer that spells any lowercase text (letters, digits, punctuation: no
+[UNK]), for the embedding tests; nothing is downloaded."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ["the", "is", "pass", "key", "what", "for", "grass", "green", "sky", "blue", "sun", "yellow"]
+CHARACTERS = list(string.ascii_lowercase + string.digits)
+VOCAB = [*SPECIAL, *WORDS, *CHARACTERS, *(f"##{character}" for character in CHARACTERS), *".,'?!-:;()\"@"]
+
+
+def tiny_tokenizer() -> BertTokenizerFast:
+    return BertTokenizerFast(vocab={token: index for index, token in enumerate(VOCAB)}, do_lower_case=True)
+
+
+def write_tiny_encoder(folder: Path, positions: int = 32, seed: int = 0) -> Path:
+    """A random 2-layer BERT (hidden 32, 4 heads, `positions` table rows) and its tokenizer, saved."""
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=positions,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    BertModel(config).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder

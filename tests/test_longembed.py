@@ -1,0 +1,208 @@
+"""`tisa-hf longembed`: the task builders, Acc@1, the systems' readings against direct computations, resuming,
+paired intervals, and the one-line refusals before any model loads."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+from embedding_fixtures import tiny_tokenizer, write_tiny_encoder
+from finetune_fixtures import WORDS
+from transformers import AutoModel
+
+from tisa_hf.adapt.text import tokenize_articles
+from tisa_hf.errors import UsageError
+
+pytest.importorskip("sentence_transformers")
+from tisa_hf.embeddings import longembed, systems  # noqa: E402
+from tisa_hf.embeddings.facts import NAMES, needle_facts  # noqa: E402
+from tisa_hf.embeddings.options import longembed_parser  # noqa: E402
+from tisa_hf.embeddings.systems import Embedder, SystemSpec  # noqa: E402
+from tisa_hf.embeddings.tasks import build_task, text_haystack  # noqa: E402
+
+TABLE = 32
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("longembed")
+    write_tiny_encoder(root / "tiny", positions=TABLE)
+    write_text(root / "text.txt")
+    return root
+
+
+def write_text(path, articles: int = 12, sentences: int = 12, seed: int = 0) -> None:
+    """WikiText's layout (` = Title = ` lines, paragraphs of sentences ending in ` . `), random words."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(articles):
+        lines += ["", f" = {rng.choice(WORDS)} = ", ""]
+        sentence = lambda: " ".join(rng.choices(WORDS, k=rng.randint(4, 12))) + " ."  # noqa: E731
+        lines += [" " + " ".join(sentence() for _ in range(sentences)) + " "]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def occurrences(sequence: list[int], part: list[int]) -> int:
+    return sum(sequence[start : start + len(part)] == part for start in range(len(sequence) - len(part) + 1))
+
+
+@pytest.mark.parametrize("task", ["passkey", "needle"])
+def test_documents_are_exactly_long_and_every_query_has_one_right_document(workspace, task):
+    tokenizer = tiny_tokenizer()
+    stream = text_haystack(workspace / "text.txt", tokenizer)
+    (period,) = tokenizer.convert_tokens_to_ids(["."])
+    for length in (150, 400):
+        built = build_task(task, length, tokenizer, documents=20, queries=10, seed=0, text_stream=stream)
+        assert [len(document) for document in built.documents] == [length] * 20
+        assert len(built.queries) == 10 and built.answers == list(range(10))
+        for index, (document, needle) in enumerate(zip(built.documents, built.needles, strict=True)):
+            assert document[0] == tokenizer.cls_token_id and document[-1] == tokenizer.sep_token_id
+            assert [occurrences(other, needle) for other in built.documents] == [int(i == index) for i in range(20)]
+            start = next(i for i in range(length) if document[i : i + len(needle)] == needle)
+            assert document[start - 1] in (tokenizer.cls_token_id, period)  # at a sentence boundary
+        for query, answer in zip(built.queries, built.answers, strict=True):
+            named = [name for name in NAMES if name in query.split(" ") or f"{name}?" in query.split(" ")]
+            assert len(named) == 1  # the query names one person, whose needle only its document holds
+            holders = [i for i, needle in enumerate(built.needles) if named[0].lower() in tokenizer.decode(needle)]
+            assert holders == [answer]
+        again = build_task(task, length, tokenizer, documents=20, queries=10, seed=0, text_stream=stream)
+        assert again.documents == built.documents
+
+
+def test_acc_at_1_counts_strict_wins():
+    documents = F.normalize(torch.eye(4)[:, :3] + 0.1, dim=-1)  # document 3 is the same as nothing else
+    queries = F.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]), dim=-1)
+    # query 0 -> doc 0 (right), query 1 -> doc 1 but asks for 2, query 2 -> doc 2 (right), query 3 asks for 3
+    assert longembed.correct_at_1(queries, documents, [0, 2, 2, 3]) == [1, 0, 1, 0]
+    tied = torch.stack([documents[0], documents[0], documents[1]])
+    assert longembed.correct_at_1(queries[:1], tied, [0]) == [0]  # a tie with another candidate is a miss
+
+
+def direct(model, sequence: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return F.normalize(model(input_ids=torch.tensor([sequence])).last_hidden_state[0].mean(0), dim=-1)
+
+
+def test_truncation_and_chunk_and_average_match_a_direct_computation(workspace):
+    tokenizer = tiny_tokenizer()
+    documents = build_task("passkey", 150, tokenizer, documents=4, queries=2, seed=1).documents
+    model = AutoModel.from_pretrained(workspace / "tiny").eval()
+    chunked = Embedder(SystemSpec.parse(f"chunk:{workspace / 'tiny'}"), 150, torch.device("cpu"), batch_tokens=256)
+    expected = []
+    for document in documents:
+        body = document[1:-1]
+        pieces = [[document[0], *body[start : start + TABLE - 2], document[-1]] for start in range(0, 148, TABLE - 2)]
+        assert sum(len(piece) - 2 for piece in pieces) == 148 and len(pieces) == 5
+        expected.append(F.normalize(torch.stack([direct(model, piece) for piece in pieces]).mean(0), dim=-1))
+    torch.testing.assert_close(chunked.read(documents), torch.stack(expected), rtol=1e-5, atol=1e-6)
+    truncated = Embedder(SystemSpec.parse(f"trunc:{workspace / 'tiny'}"), 150, torch.device("cpu"), batch_tokens=256)
+    expected = torch.stack([direct(model, document[: TABLE - 1] + document[-1:]) for document in documents])
+    torch.testing.assert_close(truncated.read(documents), expected, rtol=1e-5, atol=1e-6)
+    queries = tokenizer(["what is the pass key for Abigail?", "what?"])["input_ids"]
+    expected = torch.stack([direct(model, query) for query in queries])
+    torch.testing.assert_close(truncated.read(queries), expected, rtol=1e-5, atol=1e-6)
+
+
+def arguments(workspace, out, *systems_and_options: str):
+    """The run's options: 6 documents and 4 queries at 120 and 200 tokens unless `systems_and_options` (the
+    systems, then options) say else."""
+    defaults = ["--out", str(out), "--text", str(workspace / "text.txt"), "--documents", "6", "--queries", "4"]
+    defaults += ["--bootstrap", "200", "--lengths", "120", "200"]
+    first = next((i for i, item in enumerate(systems_and_options) if item.startswith("--")), len(systems_and_options))
+    # the systems first: `--lengths` would take the systems after it as lengths
+    return longembed_parser().parse_args([*systems_and_options[:first], *defaults, *systems_and_options[first:]])
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    """The specs of the systems a run loads, in order."""
+    specs = []
+    real = systems.Embedder.__init__
+
+    def recording(self, spec, *args, **kwargs):
+        specs.append(spec.spec)
+        real(self, spec, *args, **kwargs)
+
+    monkeypatch.setattr(systems.Embedder, "__init__", recording)
+    return specs
+
+
+def test_a_run_writes_every_cell_resumes_and_pairs_on_the_same_queries(workspace, tmp_path, loaded):
+    tiny = str(workspace / "tiny")
+    trunc, chunk, bag = f"trunc:{tiny}", f"chunk:{tiny}", f"tisa:replace:0:{tiny}"
+    record = longembed.run(arguments(workspace, tmp_path / "out", trunc, bag, "--paired", trunc))
+    assert loaded == [trunc, bag]
+    assert (tmp_path / "out" / "longembed.png").is_file()
+    saved = json.loads((tmp_path / "out" / "longembed.json").read_text())
+    assert saved["results"] == record["results"]
+    for system in (trunc, bag):
+        for task in ("passkey", "needle"):
+            for length in ("120", "200"):
+                cell = saved["results"][system][task][length]
+                assert len(cell["correct"]) == 4 and cell["acc_at_1"] == sum(cell["correct"]) / 4
+    difference = saved["paired"][trunc][bag]["needle"]["200"]
+    ours, theirs = (saved["results"][name]["needle"]["200"]["correct"] for name in (bag, trunc))
+    assert difference["difference"] == pytest.approx((sum(ours) - sum(theirs)) / 4)
+    assert difference["low"] <= difference["difference"] <= difference["high"]
+
+    loaded.clear()  # a rerun with one more system measures only that system's cells
+    longembed.run(arguments(workspace, tmp_path / "out", trunc, bag, chunk, "--paired", trunc))
+    assert loaded == [chunk]
+    again = json.loads((tmp_path / "out" / "longembed.json").read_text())
+    assert again["results"][trunc] == saved["results"][trunc] and set(again["paired"][trunc]) == {bag, chunk}
+
+    with pytest.raises(UsageError) as error:
+        longembed.run(arguments(workspace, tmp_path / "out", trunc, "--seed", "3"))
+    assert str(error.value) == (
+        f"{tmp_path / 'out' / 'longembed.json'} holds results of other settings (seed 0 -> 3); rerun with its "
+        "settings to resume, or choose another --out, or pass --overwrite to start over."
+    )
+    assert loaded == [chunk]
+
+
+def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):
+    tiny = str(workspace / "tiny")
+    tokenizer = tiny_tokenizer()
+    room = max(map(len, tokenize_articles([fact.text for fact in needle_facts()], tokenizer))) + 2
+    shortest = min(map(len, tokenize_articles([fact.text for fact in needle_facts()], tokenizer)))
+    text_tokens = len(text_haystack(workspace / "text.txt", tokenizer).tokens)
+    no_tokenizer = tmp_path / "no-tokenizer"
+    shutil.copytree(tiny, no_tokenizer)
+    for file in no_tokenizer.glob("tok*"):
+        file.unlink()
+    cases = {
+        (f"trunc:{tiny}", "--tasks", "needle", "--lengths", "40"): (
+            f"--lengths 40 is shorter than the needle needle: its longest takes {room} tokens with the special "
+            f"tokens; give lengths of at least {room}."
+        ),
+        (f"trunc:{tiny}", "--tasks", "needle", "--lengths", "100000"): (
+            f"The --text holds {text_tokens} tokens, too few for --lengths 100000 (a document needs up to "
+            f"{100000 - 2 - shortest} tokens of text); give a longer text or shorter lengths."
+        ),
+        (f"tisa:add:2:{tiny}",): (
+            f"tisa:add:2:{tiny} cannot read 120 tokens: its position table holds 32 and TISA mode='add' keeps its "
+            f"position embeddings. Give lengths up to 32, or read longer documents with trunc:{tiny}, chunk:{tiny}, "
+            f"interp:{tiny} or a replace-mode model."
+        ),
+        (tiny,): (
+            f"{tiny} cannot read 120 tokens: its position table holds 32 and it has no TISA. Give lengths up to 32, "
+            f"or read longer documents with trunc:{tiny}, chunk:{tiny}, interp:{tiny} or a replace-mode model."
+        ),
+        (f"trunc:{tiny}", f"chunk:{no_tokenizer}"): (
+            f"chunk:{no_tokenizer}: {no_tokenizer} has no tokenizer (no vocabulary beyond the special tokens); save "
+            "the model's tokenizer there with tokenizer.save_pretrained(...)."
+        ),
+        (f"tisa:sideways:2:{tiny}",): (
+            f"tisa:sideways:2:{tiny}: write tisa:MODE:S:MODEL, MODE add or replace and S a whole number."
+        ),
+        (f"trunc:{tiny}", "--queries", "7"): "--queries 7 is more than --documents 6; each asks for one.",
+    }
+    for given, message in cases.items():
+        with pytest.raises(UsageError) as error:
+            longembed.run(arguments(workspace, tmp_path / "out", *given))
+        assert str(error.value) == message, given
+    assert loaded == [] and not (tmp_path / "out").exists()

@@ -1,0 +1,175 @@
+"""The embedding systems `tisa-hf longembed` compares, as given on its command line, and how each embeds.
+
+A system is a model (a folder, Hub id or `minilm`; a sentence-transformers folder brings its own pooling,
+otherwise mean pooling) read in one of these ways:
+- `MODEL`: the whole document. A plain or TISA `add` model reads at most its position table; a TISA `replace`
+  model (an adapted one, say) reads any length.
+- `trunc:MODEL`: the first T tokens of the document (T: the position table; the final [SEP] kept), as
+  sentence-transformers truncates.
+- `chunk:MODEL`: chunk-and-average: the document's tokens cut into chunks of T - 2, each read as
+  `[CLS] chunk [SEP]`; the mean of the normalised chunk embeddings, normalised again.
+- `interp:MODEL`: position interpolation (tisa_hf/adapt/interpolation.py) to the document's length (a query
+  within the table reads the original table).
+Queries are read the same way as documents.
+- `tisa:MODE:S:MODEL`: MODEL given TISA with S kernels in MODE, fitted to its positional profiles and not
+  adapted (`tisa:replace:5:minilm`).
+Every embedding is normalised, and documents are ranked by cosine similarity to the query.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..adapt.checkpoints import CheckpointFacts
+from ..adapt.interpolation import INTERPOLATION_PREFIX, PositionInterpolation
+from ..config import TisaConfig
+from ..errors import UsageError
+from .sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
+
+TRUNCATION_PREFIX = "trunc:"
+CHUNKING_PREFIX = "chunk:"
+TISA_PREFIX = "tisa:"
+# The prefixes that choose how a model reads a document, and the reading's name
+READINGS = {TRUNCATION_PREFIX: "trunc", CHUNKING_PREFIX: "chunk", INTERPOLATION_PREFIX: "interp"}
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A compared system: `spec` as given, how it reads a document (`full`, `trunc`, `chunk`, `interp`), the
+    model's facts and the TISA it is given here (`tisa:` spellings)."""
+
+    spec: str
+    reading: str
+    facts: CheckpointFacts
+    tisa: TisaConfig | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> SystemSpec:
+        reading, model, tisa = "full", spec, None
+        for prefix, name in READINGS.items():
+            if spec.startswith(prefix):
+                reading, model = name, spec.removeprefix(prefix)
+        if spec.startswith(TISA_PREFIX):
+            mode, kernels, model = (spec.removeprefix(TISA_PREFIX).split(":", 2) + ["", ""])[:3]
+            if mode not in ("add", "replace") or not kernels.isdigit() or not model:
+                raise UsageError(f"{spec}: write tisa:MODE:S:MODEL, MODE add or replace and S a whole number.")
+            tisa = TisaConfig(num_kernels=int(kernels), mode=mode)
+        try:
+            facts = CheckpointFacts.read(model)
+        except ValueError as error:
+            raise UsageError(f"{spec}: {error}") from None
+        if (tisa is not None or reading == "interp") and facts.tisa is not None:
+            raise UsageError(f"{spec}: {model} already has TISA ({facts.tisa}); give the model it was made from.")
+        return cls(spec, reading, facts, tisa)
+
+    @property
+    def table_length(self) -> int:
+        return self.facts.table_length
+
+    @property
+    def effective_tisa(self) -> TisaConfig | None:
+        return self.tisa or self.facts.tisa
+
+    def reads(self, length: int) -> bool:
+        if self.reading != "full":
+            return True
+        tisa = self.effective_tisa
+        return (tisa is not None and tisa.mode == "replace") or length <= self.table_length
+
+    def check_lengths(self, lengths: Iterable[int]) -> None:
+        too_long = [length for length in lengths if not self.reads(length)]
+        if too_long:
+            has = "TISA mode='add' keeps its position embeddings" if self.effective_tisa else "it has no TISA"
+            model = self.spec.removeprefix(TISA_PREFIX).split(":", 2)[-1] if self.tisa else self.spec
+            raise UsageError(
+                f"{self.spec} cannot read {too_long[0]} tokens: its position table holds {self.table_length} and "
+                f"{has}. Give lengths up to {self.table_length}, or read longer documents with trunc:{model}, "
+                f"chunk:{model}, interp:{model} or a replace-mode model."
+            )
+
+
+class Embedder:
+    """A loaded system: normalised embeddings of queries (token ids) and of documents of one length."""
+
+    def __init__(self, spec: SystemSpec, longest: int, device: torch.device, batch_tokens: int):
+        require_sentence_transformers()
+        self.spec = spec
+        self.batch_tokens = batch_tokens
+        path = spec.facts.path
+        if spec.tisa is not None:
+            limit = longest if spec.tisa.mode == "replace" else None
+            self.model = to_tisa_sentence_transformer(path, spec.tisa, max_seq_length=limit, device=str(device))
+        else:
+            self.model = SentenceTransformer(path, device=str(device))
+        self.model.eval()
+        encoder = self.model[0].auto_model
+        self.interpolation = PositionInterpolation(encoder) if spec.reading == "interp" else None
+
+    def _stretch(self, length: int) -> None:
+        if self.interpolation is not None:
+            self.interpolation.stretch_to(length)
+
+    @torch.no_grad()
+    def embed(self, sequences: list[list[int]], progress: str | None = None) -> torch.Tensor:
+        """(len(sequences), dim) normalised embeddings, read as given. Sequences of equal length are batched
+        together (up to `batch_tokens` tokens a batch), so no batch needs padding or an attention mask."""
+        by_length: dict[int, list[int]] = defaultdict(list)
+        for index, sequence in enumerate(sequences):
+            by_length[len(sequence)].append(index)
+        batches = [
+            indices[start : start + max(1, self.batch_tokens // length)]
+            for length, indices in by_length.items()
+            for start in range(0, len(indices), max(1, self.batch_tokens // length))
+        ]
+        device = self.model.device
+        embeddings: list[torch.Tensor | None] = [None] * len(sequences)
+        for batch in tqdm(batches, desc=progress, leave=False, disable=progress is None):
+            input_ids = torch.tensor([sequences[index] for index in batch], device=device)
+            pooled = self.model({"input_ids": input_ids})["sentence_embedding"].float()
+            for index, embedding in zip(batch, F.normalize(pooled, dim=-1).cpu(), strict=True):
+                embeddings[index] = embedding
+        return torch.stack(embeddings)
+
+    def read(self, sequences: list[list[int]], progress: str | None = None) -> torch.Tensor:
+        """Normalised embeddings of `sequences` (documents or queries) as this system reads them, in order."""
+        by_length: dict[int, list[int]] = defaultdict(list)
+        for index, sequence in enumerate(sequences):
+            by_length[len(sequence)].append(index)
+        embeddings = torch.empty(len(sequences), self.model.get_embedding_dimension())
+        for length, indices in by_length.items():
+            embeddings[indices] = self._read_equally_long([sequences[index] for index in indices], length, progress)
+        return embeddings
+
+    def _read_equally_long(self, sequences: list[list[int]], length: int, progress: str | None) -> torch.Tensor:
+        table = self.spec.table_length
+        if self.spec.reading == "trunc" and length > table:
+            return self.embed([sequence[: table - 1] + sequence[-1:] for sequence in sequences], progress)
+        if self.spec.reading == "chunk" and length > table:
+            return chunk_average(self.embed, sequences, table, progress)
+        self._stretch(length)  # interpolation: at most the table's length reads the original table
+        return self.embed(sequences, progress)
+
+
+def chunks_of(document: list[int], size: int) -> list[list[int]]:
+    """`[CLS] chunk [SEP]` sequences of at most `size` tokens covering the document's tokens between its own
+    [CLS] and [SEP] in order (the last chunk may be shorter)."""
+    first, body, last = document[0], document[1:-1], document[-1]
+    step = size - 2
+    return [[first, *body[start : start + step], last] for start in range(0, len(body), step)]
+
+
+def chunk_average(embed, documents: list[list[int]], size: int, progress: str | None = None) -> torch.Tensor:
+    """Per document, the normalised mean of its chunks' (normalised) embeddings; `embed` embeds sequences."""
+    chunked = [chunks_of(document, size) for document in documents]
+    flat = embed([chunk for chunks in chunked for chunk in chunks], progress)
+    means, start = [], 0
+    for chunks in chunked:
+        means.append(flat[start : start + len(chunks)].mean(0))
+        start += len(chunks)
+    return F.normalize(torch.stack(means), dim=-1)
