@@ -7,11 +7,11 @@ import pytest
 from transformers import AutoModel
 
 from tests.finetune_fixtures import write_rte_tsv, write_tiny_model, write_wikitext
-from tisa_hf.adapt import lm_eval
-from tisa_hf.adapt import run as adapt_run
+from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
+from tisa_hf.cli import entry
 from tisa_hf.errors import UsageError
-from tisa_hf.finetune import glue, trainer
+from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.hub_access import loading_errors, model_source
 from tisa_hf.saved_files import check_checkpoint
@@ -44,7 +44,7 @@ def test_a_truncated_weights_file_is_named(workspace, tmp_path, capsys):
         model_source(str(damaged))
     assert str(raised.value) == message
     argv = [str(damaged), "--text", str(workspace / "text.txt"), "--lengths", "8", "--out", str(tmp_path / "out")]
-    assert lm_eval.main(argv) == 2
+    assert entry("lm-eval")(argv) == 2
     assert capsys.readouterr().err == f"tisa-hf lm-eval: {message}\n"
     # where the folder check does not reach (a Hub cache), the load itself is one line too
     expected = rf"^Could not load the model x: a weights file is damaged or incomplete \({INCOMPLETE}\); re-download"
@@ -56,7 +56,7 @@ def test_a_broken_config_is_named_with_its_json_error(workspace, tmp_path, capsy
     broken = shutil.copytree(workspace / "bert", tmp_path / "broken")
     (broken / "config.json").write_text('{"model_type": "bert",')
     argv = ["--model", str(broken), "--task", "rte", "--data-dir", str(workspace / "RTE")]
-    assert glue.main([*argv, "--output-dir", str(tmp_path / "run"), "--no-tracking"]) == 2
+    assert entry("glue")([*argv, "--output-dir", str(tmp_path / "run"), "--no-tracking"]) == 2
     assert capsys.readouterr().err == (
         f"tisa-hf glue: {broken / 'config.json'} is not valid JSON (Expecting property name enclosed in double "
         "quotes: line 1 column 23 (char 22)); repair it, or re-save or re-download the model.\n"
@@ -113,7 +113,7 @@ def test_a_damaged_checkpoint_is_refused_before_resuming_loads_anything(
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(adapt_run, "build_objective", no_loading)
-    assert adapt_run.main(adapt_argv(workspace, run, "--resume")) == 2
+    assert entry("adapt")(adapt_argv(workspace, run, "--resume")) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith(f"tisa-hf adapt: --resume: {checkpoint}")
     assert message in error

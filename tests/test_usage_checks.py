@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from tests.finetune_fixtures import write_tiny_model, write_wikitext
-from tisa_hf import bench
-from tisa_hf.adapt import run as adapt_run
-from tisa_hf.analysis import cli as analysis_cli
+from tisa_hf import bench, cli
+from tisa_hf.adapt import adapt_task
+from tisa_hf.analysis import commands
 from tisa_hf.errors import UsageError
 
 
@@ -21,13 +21,13 @@ def workspace(tmp_path_factory):
 
 
 ADAPT_MISTAKES = {
-    "no examples per batch": (("--train-batch-size", "0"), "train_batch_size 0: must be at least 1."),
+    "no examples per batch": (("--train-batch-size", "0"), "--train-batch-size must be at least 1; got 0."),
     "no micro-batches per step": (
-        ("--gradient-accumulation-steps", "0", "--eval-batch-size", "0"),
-        "eval_batch_size 0, gradient_accumulation_steps 0: must be at least 1.",
+        ("--gradient-accumulation-steps", "0"),
+        "--gradient-accumulation-steps must be at least 1; got 0.",
     ),
-    "negative logging interval": (("--logging-steps", "-1"), "logging_steps -1: must be at least 0"),
-    "negative learning rate": (("--learning-rate", "-1"), "learning_rate must be at least 0; got -1.0."),
+    "negative logging interval": (("--logging-steps", "-1"), "--logging-steps must be at least 0; got -1."),
+    "negative learning rate": (("--learning-rate", "-1"), "--learning-rate must be at least 0; got -1.0."),
     "no held-out block": (("--max-eval-blocks", "0"), "--max-eval-blocks must be at least 1"),
     "no masked token": (("--mlm-probability", "0"), "--mlm-probability is the share of tokens masked, in (0, 1]"),
     "output folder under a file": (
@@ -44,12 +44,12 @@ def test_adapt_mistakes_are_one_line_before_any_model_loads(case, workspace, tmp
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(adapt_run, "build_objective", no_loading)
+    monkeypatch.setattr(adapt_task, "build_objective", no_loading)
     argv = [
         "--model", str(workspace / "bert"), "--train-text", str(workspace / "text.txt"), "--lengths", "16",
         "--max-steps", "2", "--tisa.num_kernels", "2", "--no-tracking", "--output-dir", str(tmp_path / "run"),
     ]  # fmt: skip
-    assert adapt_run.main([*argv, *(value.format(root=workspace) for value in extra)]) == 2
+    assert cli.main(["adapt", *argv, *(value.format(root=workspace) for value in extra)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and message.format(root=workspace) in error
     assert not (tmp_path / "run").exists()
@@ -57,20 +57,20 @@ def test_adapt_mistakes_are_one_line_before_any_model_loads(case, workspace, tmp
 
 def test_analyze_and_compare_check_their_output_folder_and_text_before_analysing(workspace, monkeypatch, capsys):
     model = str(workspace / "bert")
-    monkeypatch.setattr(analysis_cli, "analyze_model", lambda *args: pytest.fail("analysed"))
-    assert analysis_cli.analyze([model, "--out", str(workspace / "file"), "--max-len", "16"]) == 2
+    monkeypatch.setattr(commands, "analyze_model", lambda *args: pytest.fail("analysed"))
+    assert cli.main(["analyze", model, "--out", str(workspace / "file"), "--max-len", "16"]) == 2
     assert capsys.readouterr().err == (
-        f"tisa-hf analyze: error: --out {workspace / 'file'} is a file; give a folder (it is created when missing).\n"
+        f"tisa-hf analyze: --out {workspace / 'file'} is a file; give a folder (it is created when missing).\n"
     )
     binary = workspace / "binary.txt"
     binary.write_bytes(b"a sentence\n\xff\xfe")
     argv = [model, "--out", str(workspace / "report"), "--max-len", "16", "--text-file", str(binary)]
-    assert analysis_cli.analyze(argv) == 2
+    assert cli.main(["analyze", *argv]) == 2
     assert capsys.readouterr().err == (
-        f"tisa-hf analyze: error: Text file {binary} is not UTF-8 text (byte 0xff at offset 11); give a plain-text "
+        f"tisa-hf analyze: Text file {binary} is not UTF-8 text (byte 0xff at offset 11); give a plain-text "
         "file, or convert it to UTF-8.\n"
     )
-    assert analysis_cli.compare([model, "--out", str(workspace / "file" / "x"), "--max-len", "16"]) == 2
+    assert cli.main(["compare", model, "--out", str(workspace / "file" / "x"), "--max-len", "16"]) == 2
     assert "--out " in capsys.readouterr().err
 
 
