@@ -65,6 +65,11 @@ COMMANDS: dict[str, Command] = {
     "bench": Command(
         "tisa_hf.bench", "tisa_hf.parsers:bench_parser", "Speed and memory of TISA against plain attention."
     ),
+    "env": Command(
+        "tisa_hf.routes",
+        "tisa_hf.parsers:env_parser",
+        "This machine and the attention route each TISA configuration takes on it.",
+    ),
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PROGRESS_BAR_SWITCHES = (("transformers.utils.logging", "disable_progress_bar"), ("datasets", "disable_progress_bars"))
