@@ -100,8 +100,8 @@ def fit_kernels(
 
 def check_fit_size(num_kernels: int, window: int) -> None:
     """A UsageError when S kernels have more parameters (3S + 1 with the constant) than the window has offsets
-    (2W + 1): the fit cannot determine them, and its cost grows with the cube of the parameters (S = 200 runs
-    for hours on a CPU)."""
+    (2W + 1): the fit cannot determine them, and every iteration solves a system of that many parameters per
+    profile and start, so its time grows with their cube and its memory with their square."""
     parameters, points = 3 * num_kernels + 1, 2 * window + 1
     if parameters > points:
         raise UsageError(
