@@ -44,6 +44,16 @@ def tiny_config(model_type: str, **overrides):
 MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked `cuda` skip, with the reason, where no CUDA GPU is available (CI, CPU machines)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(params=MODEL_TYPES)
 def model_type(request) -> str:
     return request.param

@@ -155,13 +155,13 @@ def test_trainable_bias_attention_matches_sdpa_math_path(batch_of_bias):
 
 def test_fused_route_is_taken_only_where_sdpa_would_leave_its_fused_kernel():
     query = key = torch.zeros(1, 2, 4, 8)
-    trainable = torch.zeros(1, 2, 4, 4, requires_grad=True)
-    assert attention.takes_fused_bias_path(query, key, trainable, 0.0)
-    assert not attention.takes_fused_bias_path(query, key, trainable.detach(), 0.0)
-    assert not attention.takes_fused_bias_path(query, key, trainable, 0.1)
-    assert not attention.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), trainable, 0.0)
+    assert attention.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
+    assert not attention.takes_fused_bias_path(query, key, False, torch.float32, 0.0)
+    assert not attention.takes_fused_bias_path(query, key, True, torch.float32, 0.1)
+    assert not attention.takes_fused_bias_path(query, key, True, torch.bfloat16, 0.0)
+    assert not attention.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), True, torch.bfloat16, 0.0)
     with torch.no_grad():
-        assert not attention.takes_fused_bias_path(query, key, trainable, 0.0)
+        assert not attention.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
 
 
 def test_patched_sdpa_training_matches_eager_with_padding(monkeypatch):

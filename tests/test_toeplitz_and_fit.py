@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import os
+
 import numpy as np
 import pytest
 import torch
 from scipy.linalg import toeplitz
 
 import tisa_hf
+from tisa_hf import fitting
+from tisa_hf.errors import UsageError
 from tisa_hf.kernels import kernel_values, toeplitz_from_offsets
 
 
@@ -98,3 +103,69 @@ def test_fit_r2_is_the_weighted_r2_of_the_returned_kernels():
 def test_fit_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         tisa_hf.fit_kernels(torch.zeros(2, 10), **kwargs)
+
+
+def test_fit_with_more_parameters_than_window_offsets_is_refused_with_the_fix():
+    message = (
+        "A kernel fit of S = 200 kernels has 601 parameters per profile, more than the 129 offsets of its window "
+        "(fit_window = 64), so the fit cannot determine them. Use at most S = 42 kernels with init='fit', a "
+        "fit_window of at least 300 (at most the profile length - 1), or init='zeros' or 'random'."
+    )
+    with pytest.raises(UsageError) as error:
+        tisa_hf.fit_kernels(torch.zeros(3, 1023), 200, window=64)
+    assert str(error.value) == message
+    assert tisa_hf.fit_kernels(torch.randn(1, 11), 3, window=5, restarts=1).r2.shape == (1,)  # 10 <= 11: allowed
+
+
+def _threads_inside_the_fit(monkeypatch) -> list[int]:
+    seen = []
+    solve = fitting._levenberg_marquardt
+
+    def spy(*args):
+        seen.append(torch.get_num_threads())
+        return solve(*args)
+
+    monkeypatch.setattr(fitting, "_levenberg_marquardt", spy)
+    return seen
+
+
+@pytest.mark.skipif(fitting.thread_share() < 2, reason="needs 2 cores to lower the threads from")
+def test_fit_runs_with_its_share_of_the_cores_restores_the_threads_and_gives_the_same_result(monkeypatch):
+    profiles = torch.randn(6, 41)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        unbounded = tisa_hf.fit_kernels(profiles, 2, window=12, restarts=2)
+        seen = _threads_inside_the_fit(monkeypatch)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(fitting.thread_share()))  # one core per local process
+        bounded = tisa_hf.fit_kernels(profiles, 2, window=12, restarts=2)
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    for name in ("amplitude", "sharpness", "center", "constant", "r2"):
+        assert torch.equal(getattr(bounded, name), getattr(unbounded, name)), name
+
+
+def test_thread_share_divides_the_affine_cores_among_local_processes(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert fitting.thread_share() == cores
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert fitting.thread_share() == max(1, cores // 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(4 * cores))
+    assert fitting.thread_share() == 1
+
+
+def test_long_fit_logs_progress_and_a_short_one_stays_quiet(monkeypatch, caplog):
+    profiles = torch.randn(4, 41)
+    with caplog.at_level(logging.INFO, logger="tisa_hf.fitting"):
+        tisa_hf.fit_kernels(profiles, 2, window=12, restarts=2, iterations=20)
+        assert caplog.records == []
+        monkeypatch.setattr(fitting, "PROGRESS_SECONDS", 0.0)
+        tisa_hf.fit_kernels(profiles, 2, window=12, restarts=2, iterations=20)
+    lines = [record.getMessage() for record in caplog.records]
+    # 4 + 4 + 12 iterations over 17, 4 and 1 starts (15 peak-seeded + 2 random, then the best quarter, then the
+    # best): 96 units, the first iteration 17 of them; a line after each iteration but the last.
+    assert len(lines) == 19
+    assert lines[0].startswith("kernel fit (S = 2, 4 profiles): 18% after 0 s, about ")
+    assert lines[-1].startswith("kernel fit (S = 2, 4 profiles): 99% after ")

@@ -16,27 +16,48 @@ encoder's kernel module and hands the logits' bias to the plain backend:
   gradients run blockwise over query rows from the bias's 2n-1 offset values (`ToeplitzBias`), never storing the
   (H, n, n) bias. CUDA needs neither: its memory-efficient kernel already returns the bias gradient, once it is
   told to keep its backward state where only the bias requires a gradient (`query_for_bias_only_backward`).
-- `tisa_flex_attention`: the bias as flex attention's `position_bias` score modification.
+- `tisa_flex_attention`: flex attention whose score modification adds `table[h, j - i + n - 1]`, the layer's
+  (H, 2n-1) offset values computed outside it: the (H, n, n) bias is never built, and the table's gradient flows
+  back to the kernels. PyTorch has no flex attention backward on CPU, so training there is refused up front.
+
+Which route a call takes is decided in one place, `sdpa_route` and `flex_refusal`, which the attention functions
+and `tisa-hf env` (`tisa_hf.routes`) both call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend
 from transformers import AttentionInterface
-from transformers.integrations.flex_attention import flex_attention_forward
+from transformers.integrations.flex_attention import compile_friendly_flex_attention, flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
+from .errors import UsageError
 from .kernels import TisaPositionBias, toeplitz_from_offsets
 from .names import BIAS_ATTRIBUTE, LAYER_INDEX_KWARG, SITE_ATTRIBUTE
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 BLOCK_BIAS_BYTES = 64 * 2**20
 _FUSED_DTYPES = (torch.float32,)
 _UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
+_SDPA_BACKENDS = {
+    int(backend): name
+    for backend, name in (
+        (SDPBackend.MATH, "math"),
+        (SDPBackend.FLASH_ATTENTION, "flash"),
+        (SDPBackend.EFFICIENT_ATTENTION, "efficient"),
+        (SDPBackend.CUDNN_ATTENTION, "cudnn"),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -127,19 +148,18 @@ def tisa_sdpa_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention with the layer's TISA bias, through the CPU trainable-bias and blockwise routes."""
     kernels, layer = _site_bias(module, query, kwargs)
-    if kernels is None:
+    route = sdpa_route(kernels, query, key, dropout, kwargs)
+    if route is SdpaRoute.PLAIN:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
     length, dtype = query.shape[2], bias_dtype(query)
-    if not kernels.needs_grad() and not kernels.fits_cache(length, dtype):
+    if route is SdpaRoute.BLOCKWISE:
         bias = ToeplitzBias(kernels.offset_values(layer, length, dtype), length)
         output = blockwise_biased_sdpa(query, key, value, attention_mask, bias, dropout, scaling)
         return output.transpose(1, 2).contiguous(), None
     mask = merge_bias(attention_mask, kernels(layer, length, dtype))
-    if takes_fused_bias_path(query, key, mask, dropout) and not any(
-        kwargs.get(name) is not None for name in _UNSUPPORTED_FUSED_KWARGS
-    ):
+    if route is SdpaRoute.TRAINABLE_BIAS:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         output = TrainableBiasAttention.apply(query, key, value, mask, scale)
         return output.transpose(1, 2).contiguous(), None
@@ -173,12 +193,57 @@ def tisa_flex_attention_forward(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Flex attention with the layer's TISA bias as its `position_bias` score modification."""
+    """transformers' flex attention, with the layer's TISA bias read from its offset values by the score function."""
     kernels, layer = _site_bias(module, query, kwargs)
-    if kernels is not None:
-        bias = kernels(layer, query.shape[2], bias_dtype(query))
-        kwargs["position_bias"] = bias.expand(query.shape[0], -1, -1, -1)
-    return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0))
+    if refusal is not None:
+        raise UsageError(refusal)
+    if kernels is None:
+        return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    table = kernels.offset_values(layer, query.shape[2], bias_dtype(query))
+    output = offset_table_flex_attention(
+        query, key, value, attention_mask, table, scaling, module.training, kwargs.get("kernel_options")
+    )
+    return output.transpose(1, 2).contiguous(), None
+
+
+def offset_table_flex_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: BlockMask | torch.Tensor | None,
+    table: torch.Tensor,
+    scale: float | None,
+    training: bool,
+    kernel_options: dict | None = None,
+) -> torch.Tensor:
+    """Flex attention adding table[h, j - i + n - 1] to the logit of query i and key j: (B, H, n, d).
+
+    `table` (H, 2n-1) enters the score modification as a tensor it indexes, so flex attention's backward returns
+    its gradient (the attention-gym "learnable bias" pattern) and autograd carries it on to the kernels. A padding
+    mask comes as transformers builds it for flex attention: a `BlockMask`, or a float mask added as transformers'
+    own flex function adds it. Compiled once per process by transformers' `compile_friendly_flex_attention`.
+    """
+    from torch.nn.attention.flex_attention import BlockMask  # here: flex attention needs torch >= 2.5
+
+    block_mask = mask if isinstance(mask, BlockMask) else None
+    score_mask = mask[:, :, :, : key.shape[-2]] if isinstance(mask, torch.Tensor) else None
+
+    def score_mod(score, batch, head, query_index, key_index):
+        if score_mask is not None:
+            score = score + score_mask[batch][0][query_index][key_index]
+        return score + table[head, key_index - query_index + (table.shape[-1] - 1) // 2]
+
+    return compile_friendly_flex_attention(
+        query,
+        key,
+        value,
+        training=training,
+        score_mod=score_mod,
+        block_mask=block_mask,
+        scale=scale,
+        kernel_options=kernel_options,
+    )
 
 
 ATTENTION_FUNCTIONS: dict[str, tuple[Callable, Callable]] = {
@@ -265,16 +330,66 @@ class TrainableBiasAttention(torch.autograd.Function):
         return grad_query, grad_key, grad_value, grad_bias, None
 
 
-def takes_fused_bias_path(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float) -> bool:
-    """Whether a call would leave PyTorch's fused CPU kernel only because its float mask requires a gradient."""
+class SdpaRoute(Enum):
+    """The routes of `tisa_sdpa`: transformers' sdpa where the layer has no kernels, blockwise over query rows,
+    the fused CPU kernel with `TrainableBiasAttention`'s backward, or SDPA with the stored bias (PyTorch then picks
+    its backend: `sdpa_backend`)."""
+
+    PLAIN = "sdpa"
+    BLOCKWISE = "blockwise SDPA"
+    TRAINABLE_BIAS = "trainable-bias SDPA"
+    STORED_BIAS = "SDPA + stored bias"
+
+
+def sdpa_route(
+    kernels: TisaPositionBias | None, query: torch.Tensor, key: torch.Tensor, dropout: float, kwargs: dict
+) -> SdpaRoute:
+    """The route `tisa_sdpa` takes for a call with this query and key (its autocast and grad modes included)."""
+    if kernels is None:
+        return SdpaRoute.PLAIN
+    dtype = bias_dtype(query)
+    if not kernels.needs_grad() and not kernels.fits_cache(query.shape[2], dtype):
+        return SdpaRoute.BLOCKWISE
+    if takes_fused_bias_path(query, key, kernels.needs_grad(), dtype, dropout) and not any(
+        kwargs.get(name) is not None for name in _UNSUPPORTED_FUSED_KWARGS
+    ):
+        return SdpaRoute.TRAINABLE_BIAS
+    return SdpaRoute.STORED_BIAS
+
+
+def takes_fused_bias_path(
+    query: torch.Tensor, key: torch.Tensor, bias_requires_grad: bool, dtype: torch.dtype, dropout: float
+) -> bool:
+    """Whether a call would leave PyTorch's fused CPU kernel only because its float bias (of `dtype`, merged with
+    the 4-D padding mask) requires a gradient."""
     return (
-        mask is not None
-        and mask.requires_grad
+        bias_requires_grad
         and torch.is_grad_enabled()
         and query.device.type == "cpu"
         and query.dtype in _FUSED_DTYPES
-        and mask.dtype == query.dtype
-        and mask.dim() == 4
+        and dtype == query.dtype
         and query.shape[1] == key.shape[1]
         and not dropout
     )
+
+
+def sdpa_backend(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float) -> str:
+    """The backend PyTorch's `scaled_dot_product_attention` picks for these inputs (flash, efficient, cudnn or
+    math), from the choice function it dispatches with."""
+    choice = torch._fused_sdp_choice(query, key, key, mask, dropout, False)
+    return _SDPA_BACKENDS.get(choice, f"backend {choice}")
+
+
+def flex_refusal(kernels: TisaPositionBias | None, query: torch.Tensor, dropout: float) -> str | None:
+    """Why `tisa_flex_attention` cannot run a call, or None where it can."""
+    if dropout:
+        return (
+            f"flex attention has no attention dropout, and this model's is {dropout}: set the config's attention "
+            "dropout to 0 (attention_probs_dropout_prob for BERT) or use attn_implementation='sdpa'."
+        )
+    if kernels is not None and kernels.needs_grad() and query.device.type == "cpu":
+        return (
+            "flex attention cannot train TISA kernels on CPU: PyTorch has no flex attention backward there. Use "
+            "attn_implementation='sdpa' to train on CPU (flex attention runs inference on CPU and trains on CUDA)."
+        )
+    return None

@@ -88,6 +88,11 @@ COMMANDS: dict[str, Command] = {
     "bench": Command(
         "tisa_hf.bench", "tisa_hf.cli_options:bench_parser", "Speed and memory of TISA against plain attention."
     ),
+    "env": Command(
+        "tisa_hf.routes",
+        "tisa_hf.cli_options:env_parser",
+        "This machine and the attention route each TISA configuration takes on it.",
+    ),
 }
 DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`
 DEBUG_VARIABLE = "TISA_HF_DEBUG"

@@ -187,6 +187,20 @@ def push_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def env_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf env",
+        description="This machine (torch, device, CUDA, bf16, threads) and the attention route each TISA "
+        "configuration takes on it, for training and inference at several input lengths.",
+    )
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512, 2048, 8192], help="input lengths")
+    parser.add_argument("--layers", type=int, default=12, help="layers of the model (default 12: BERT base)")
+    parser.add_argument("--heads", type=int, default=12, help="attention heads (default 12)")
+    parser.add_argument("--head-dim", type=int, default=64, help="size of each head (default 64)")
+    return parser
+
+
 def bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tisa-hf bench", description="Speed and memory of TISA against plain attention."

@@ -9,19 +9,38 @@ which moves b by a relative amount, breaks the cancellation. The problems are so
 Levenberg-Marquardt written here, since no library solves thousands of tiny bounded nonlinear least-squares
 problems at once on a tensor backend; `scipy.optimize.least_squares` does one at a time and serves as the
 reference in the benchmark. The constant d is dropped afterwards (softmax ignores it).
+
+The fit runs with at most this process's share of the cores (`thread_share`): a fit at patch time in one of
+several processes on a machine (a launcher's workers, sweeps side by side) would otherwise run as many threads as
+the machine has cores in every process, and oversubscribed threads slow it several times over. Its result does
+not depend on the thread count (every operation is batched over independent problems; bitwise identical with 1
+and 2 threads in `scripts/bench_fit.py --concurrency`). A fit with more parameters per profile than offsets in
+its window is refused, and one that takes long logs its progress (`PROGRESS_SECONDS`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import os
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+
+from .errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 MAX_SHARPNESS = 50.0
 # Penalty on the amplitudes, lambda * sum_s a_s^2 with lambda = AMPLITUDE_RIDGE * sum of the weights: a kernel as
 # tall as the profile's spread costs about 1e-4 of R², one a hundred times taller costs all of it.
 AMPLITUDE_RIDGE = 1e-4
+# A fit logs its progress once it has run this long, and again every time as long; the usual fit (S = 5, a few
+# seconds) stays quiet.
+PROGRESS_SECONDS = 10.0
 
 
 @dataclass
@@ -72,9 +91,55 @@ def fit_kernels(
         raise ValueError(f"fit_kernels needs num_kernels >= 1, got {num_kernels}.")
     if profiles.shape[-1] % 2 == 0 or profiles.shape[-1] < 3:
         raise ValueError(f"Profiles must hold 2n-1 >= 3 values (offsets -(n-1)..n-1); got {profiles.shape[-1]}.")
-    batch_shape = profiles.shape[:-1]
     length = (profiles.shape[-1] + 1) // 2
     window = min(window or length - 1, length - 1)
+    check_fit_size(num_kernels, window)
+    with threads_bounded_to_share():
+        return _fit(profiles, num_kernels, window, restarts, iterations, seed, ridge)
+
+
+def check_fit_size(num_kernels: int, window: int) -> None:
+    """A UsageError when S kernels have more parameters (3S + 1 with the constant) than the window has offsets
+    (2W + 1): the fit cannot determine them, and every iteration solves a system of that many parameters per
+    profile and start, so its time grows with their cube and its memory with their square."""
+    parameters, points = 3 * num_kernels + 1, 2 * window + 1
+    if parameters > points:
+        raise UsageError(
+            f"A kernel fit of S = {num_kernels} kernels has {parameters} parameters per profile, more than the "
+            f"{points} offsets of its window (fit_window = {window}), so the fit cannot determine them. Use at "
+            f"most S = {2 * window // 3} kernels with init='fit', a fit_window of at least "
+            f"{math.ceil(3 * num_kernels / 2)} (at most the profile length - 1), or init='zeros' or 'random'."
+        )
+
+
+def thread_share() -> int:
+    """The cores this process may use: those its CPU affinity allows, shared equally among the processes that a
+    launcher (accelerate, torchrun) started on this machine, as its LOCAL_WORLD_SIZE says."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    local_processes = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return max(1, cores // int(local_processes)) if local_processes.isdigit() and int(local_processes) > 0 else cores
+
+
+@contextlib.contextmanager
+def threads_bounded_to_share() -> Iterator[int]:
+    """torch's CPU threads lowered to `thread_share()` while the block runs (never raised), restored afterwards."""
+    previous = torch.get_num_threads()
+    bounded = min(previous, thread_share())
+    if bounded == previous:
+        yield bounded
+        return
+    torch.set_num_threads(bounded)
+    try:
+        yield bounded
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _fit(
+    profiles: torch.Tensor, num_kernels: int, window: int, restarts: int, iterations: int, seed: int, ridge: float
+) -> KernelFit:
+    batch_shape = profiles.shape[:-1]
+    length = (profiles.shape[-1] + 1) // 2
     offsets = torch.arange(-window, window + 1, dtype=torch.float64)
     weights = (length - offsets.abs()) / length
     problem = _Problem(offsets, weights, window, num_kernels, ridge * weights.sum().item())
@@ -90,8 +155,12 @@ def fit_kernels(
     linear = _solve_linear(nonlinear, flat_target, problem)
     params = torch.cat([linear[:, :num_kernels], nonlinear, linear[:, -1:]], -1)
     damping = torch.full((params.shape[0],), 1e-2, dtype=params.dtype)
-    for stage_iterations, survivors in _schedule(iterations, num_starts):
-        params, cost, damping = _levenberg_marquardt(params, flat_target, problem, stage_iterations, damping)
+    schedule = _schedule(iterations, num_starts)
+    progress = _Progress(problems, num_kernels, schedule, num_starts)
+    for stage_iterations, survivors in schedule:
+        params, cost, damping = _levenberg_marquardt(
+            params, flat_target, problem, stage_iterations, damping, progress.step
+        )
         keep = cost.reshape(problems, -1).argsort(1)[:, :survivors]
         rows = (torch.arange(problems)[:, None] * (params.shape[0] // problems) + keep).reshape(-1)
         params, cost, damping, flat_target = params[rows], cost[rows], damping[rows], flat_target[rows]
@@ -165,9 +234,44 @@ def _schedule(iterations: int, num_starts: int) -> list[tuple[int, int]]:
     return [(first, max(1, num_starts // 4)), (first, 1), (max(0, iterations - 2 * first), 1)]
 
 
-def _levenberg_marquardt(params, target, problem: _Problem, iterations: int, damping: torch.Tensor):
+class _Progress:
+    """INFO lines about a long fit: the first after `PROGRESS_SECONDS`, then one per `PROGRESS_SECONDS`, each
+    with the share of the work done (iterations weighted by the starts still running) and the time left."""
+
+    def __init__(self, problems: int, num_kernels: int, schedule: list[tuple[int, int]], num_starts: int):
+        self.problems, self.num_kernels = problems, num_kernels
+        rows = [num_starts] + [survivors for _, survivors in schedule[:-1]]
+        self.weights = [
+            starts for (iterations, _), starts in zip(schedule, rows, strict=True) for _ in range(iterations)
+        ]
+        self.total, self.done, self.iteration = sum(self.weights), 0, 0
+        self.start = time.perf_counter()
+        self.next_report = self.start + PROGRESS_SECONDS
+
+    def step(self) -> None:
+        """Counts one Levenberg-Marquardt iteration, and logs a line when one is due."""
+        self.done += self.weights[self.iteration]
+        self.iteration += 1
+        now = time.perf_counter()
+        if now < self.next_report or self.done >= self.total:
+            return
+        elapsed = now - self.start
+        logger.info(
+            "kernel fit (S = %d, %d profiles): %.0f%% after %.0f s, about %.0f s left",
+            self.num_kernels,
+            self.problems,
+            100 * self.done / self.total,
+            elapsed,
+            elapsed * (self.total - self.done) / self.done,
+        )
+        self.next_report = now + PROGRESS_SECONDS
+
+
+def _levenberg_marquardt(
+    params, target, problem: _Problem, iterations: int, damping: torch.Tensor, on_iteration: Callable[[], None]
+):
     """Batched Levenberg-Marquardt with Marquardt's diagonal scaling and the bounds enforced by clamping each
-    step; one kernel evaluation per iteration."""
+    step; one kernel evaluation per iteration, after which `on_iteration` is called."""
     bumps, model = _evaluate(params, problem)
     residual = _residual(params, model, target, problem)
     cost = residual.square().sum(-1)
@@ -188,6 +292,7 @@ def _levenberg_marquardt(params, target, problem: _Problem, iterations: int, dam
         residual = torch.where(better[:, None], candidate_residual, residual)
         cost = torch.where(better, candidate_cost, cost)
         damping = torch.where(better, damping / 3, damping * 4).clamp(1e-9, 1e9)
+        on_iteration()
     return params, cost, damping
 
 

@@ -1,0 +1,119 @@
+"""CUDA correctness of TISA's attention routes (skipped without a GPU): sdpa against eager with padding in every
+precision, kernel-only training of a frozen encoder, replace mode far past the position table, flex attention's
+kernel gradients, and a checkpoint saved on the GPU read on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from transformers import AutoModel, AutoModelForSequenceClassification
+
+import tisa_hf  # noqa: F401  (registers TISA's model types)
+
+pytestmark = pytest.mark.cuda
+CUDA = torch.device("cuda")
+# Relative error (norm of the difference over the norm of the reference) allowed per precision: float32 agrees
+# to rounding; bf16 keeps 8 bits of mantissa and fp16 11, and eager and sdpa round in different places.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 1e-2}
+
+
+def padded(config, length: int, batch: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(1, config.vocab_size, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, length // 2 :] = 0
+    mask[2, length - 3 :] = 0
+    return input_ids.to(CUDA), mask.to(CUDA)
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got.float() - expected.float()).norm() / expected.float().norm()).item()
+
+
+def twin(implementation: str, config, weights: dict | None = None):
+    """A CUDA model of `config` on `implementation`, with `weights` (kernels included) where given."""
+    model = AutoModel.from_config(config, attn_implementation=implementation).to(CUDA)
+    if weights is not None:
+        model.load_state_dict(weights)
+    return model
+
+
+def outputs_and_kernel_grads(implementation, config, weights, input_ids, mask, dtype, frozen_encoder=False):
+    model = twin(implementation, config, weights).train()
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith("tisa.") or not frozen_encoder)
+    autocast = torch.autocast("cuda", dtype=dtype, enabled=dtype is not torch.float32)
+    with autocast:
+        output = model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    output[keep].float().square().mean().backward()
+    grads = [getattr(model.tisa, name).grad for name in ("amplitude", "sharpness", "center")]
+    return output[keep], grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_sdpa_matches_eager_with_padding_outputs_and_kernel_grads(dtype):
+    config = tiny_config("bert", tisa={"num_kernels": 3, "init": "random"})
+    input_ids, mask = padded(config, 24)
+    weights = twin("eager", config).state_dict()
+    sdpa = outputs_and_kernel_grads("sdpa", config, weights, input_ids, mask, dtype)
+    eager = outputs_and_kernel_grads("eager", config, weights, input_ids, mask, dtype)
+    assert sdpa[0].dtype == dtype
+    for got, expected in zip([sdpa[0], *sdpa[1]], [eager[0], *eager[1]], strict=True):
+        assert torch.isfinite(got).all()
+        assert relative_error(got, expected) < TOLERANCE[dtype]
+
+
+def test_frozen_encoder_trains_its_kernels_through_sdpa():
+    """With only the kernels requiring a gradient, CUDA's memory-efficient backward needs the query that
+    `query_for_bias_only_backward` hands it (otherwise: "LSE is not correctly aligned")."""
+    config = tiny_config("bert", tisa={"num_kernels": 3, "init": "random"})
+    input_ids, mask = padded(config, 24)
+    weights = twin("eager", config).state_dict()
+    sdpa = outputs_and_kernel_grads("sdpa", config, weights, input_ids, mask, torch.float32, frozen_encoder=True)
+    eager = outputs_and_kernel_grads("eager", config, weights, input_ids, mask, torch.float32, frozen_encoder=True)
+    for got, expected in zip(sdpa[1], eager[1], strict=True):
+        assert got.abs().sum() > 0 and relative_error(got, expected) < 1e-5
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "flex_attention"])
+def test_replace_mode_reads_eight_times_its_position_table(implementation):
+    config = tiny_config("bert", tisa={"num_kernels": 3, "mode": "replace", "init": "random"})
+    input_ids, mask = padded(config, 8 * config.max_position_embeddings)
+    model = twin(implementation, config).eval()
+    model.tisa.cache_limit_bytes = 0  # sdpa: the blockwise route, no (H, n, n) bias stored
+    eager = twin("eager", config, model.state_dict()).eval()
+    with torch.no_grad():
+        got = model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        expected = eager(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], expected[keep], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_flex_matches_eager_with_kernel_gradients(dtype):
+    """The flex route's gradient reaches the kernels through its offset table."""
+    config = tiny_config("bert", tisa={"num_kernels": 3, "init": "random"})
+    input_ids, mask = padded(config, 32)
+    weights = twin("eager", config).state_dict()
+    flex = outputs_and_kernel_grads("flex_attention", config, weights, input_ids, mask, dtype)
+    eager = outputs_and_kernel_grads("eager", config, weights, input_ids, mask, dtype)
+    for got, expected in zip([flex[0], *flex[1]], [eager[0], *eager[1]], strict=True):
+        assert torch.isfinite(got).all()
+        assert relative_error(got, expected) < TOLERANCE[dtype]
+
+
+def test_checkpoint_saved_on_gpu_gives_identical_float32_logits_on_cpu(tmp_path):
+    config = tiny_config("bert", num_labels=3, tisa={"num_kernels": 3, "init": "random"})
+    model = AutoModelForSequenceClassification.from_config(config).to(CUDA).eval()
+    input_ids, mask = padded(config, 16)
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        on_gpu = model(input_ids=input_ids, attention_mask=mask).logits.cpu()
+        loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+        assert loaded.device.type == "cpu"
+        on_cpu = loaded(input_ids=input_ids.cpu(), attention_mask=mask.cpu()).logits
+        moved = model.cpu()(input_ids=input_ids.cpu(), attention_mask=mask.cpu()).logits
+    assert torch.equal(on_cpu, moved)  # the checkpoint holds exactly the GPU model's weights and kernels
+    torch.testing.assert_close(on_cpu, on_gpu, atol=1e-5, rtol=1e-4)

@@ -1,0 +1,117 @@
+"""The route decision that `tisa_sdpa`, `tisa_flex_attention` and `tisa-hf env` share, and the flex route that
+reads the bias from its (H, 2n-1) offset values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from reference import reference_forward
+from test_attention import make_inputs
+from transformers import AutoModel
+
+import tisa_hf.attention as attention
+from tisa_hf import routes
+from tisa_hf.errors import UsageError
+from tisa_hf.kernels import TisaPositionBias
+
+CPU = torch.device("cpu")
+SHAPE = routes.Shape(layers=3, heads=4, head_dim=8)  # tiny_config's encoder
+
+
+def padded(config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(1, config.vocab_size, (2, length), generator=generator)
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, length // 2 :] = 0
+    return input_ids, mask
+
+
+class RecordingRoute:
+    """`attention.sdpa_route`, recording the route of every call."""
+
+    def __init__(self):
+        self.decide = attention.sdpa_route
+        self.taken: list[attention.SdpaRoute] = []
+
+    def __call__(self, *args):
+        self.taken.append(self.decide(*args))
+        return self.taken[-1]
+
+
+@pytest.mark.parametrize("phase", routes.PHASES, ids=lambda phase: phase.name)
+@pytest.mark.parametrize("length", [12, 30])
+def test_report_names_the_route_a_model_takes(monkeypatch, phase, length):
+    monkeypatch.setattr(TisaPositionBias, "cache_limit_bytes", 3 * 4 * 20 * 20 * 4)  # blockwise beyond 20 tokens
+    recorder = RecordingRoute()
+    monkeypatch.setattr(attention, "sdpa_route", recorder)
+    config = tiny_config("bert", attention_probs_dropout_prob=phase.dropout, tisa={"num_kernels": 2, "init": "random"})
+    model = AutoModel.from_config(config, attn_implementation="sdpa").train(phase.training)
+    input_ids, mask = padded(config, length)
+    with torch.set_grad_enabled(phase.training):
+        model(input_ids=input_ids, attention_mask=mask)
+    reported = routes.route("sdpa", phase, length, SHAPE, CPU, None)
+    assert len(set(recorder.taken[:-1])) == 1  # the report's own call is the last one
+    assert reported.startswith(recorder.taken[0].value + " (")
+    expected = {
+        "train": attention.SdpaRoute.STORED_BIAS,
+        "train, dropout 0": attention.SdpaRoute.TRAINABLE_BIAS,
+        "inference": attention.SdpaRoute.STORED_BIAS if length <= 20 else attention.SdpaRoute.BLOCKWISE,
+    }
+    assert recorder.taken[0] is expected[phase.name]
+
+
+def test_env_command_prints_the_machine_and_the_routes(capsys):
+    assert routes.main(["--device", "cpu", "--lengths", "128", "8192"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"torch {torch.__version__} (CUDA ") and lines[0].endswith("device cpu")
+    assert f"torch threads: {torch.get_num_threads()} intra-op" in lines[2]
+    assert "  sdpa, float32, train, dropout 0: 128, 8192: trainable-bias SDPA (flash forward)" in lines
+    assert "  sdpa, float32, train: 128, 8192: SDPA + stored bias (math)" in lines
+    assert "  sdpa, float32, inference: 128: SDPA + stored bias (flash); 8192: blockwise SDPA (flash)" in lines
+    assert "  flex_attention, float32, inference: 128, 8192: flex, offset table in score_mod" in lines
+    assert (
+        "  flex_attention, float32, train, dropout 0: 128, 8192: refused: flex attention cannot train TISA "
+        "kernels on CPU" in lines
+    )
+
+
+def test_flex_route_reads_offset_values_and_never_builds_the_full_bias(monkeypatch):
+    """With padding, against the reference written from the equations (test_attention's shapes: one compilation)."""
+    config = tiny_config("bert", tisa={"num_kernels": 3, "mode": "replace", "init": "random"})
+    model = AutoModel.from_config(config, attn_implementation="flex_attention").eval()
+
+    def no_full_bias(*args):
+        raise AssertionError("the flex route built the (H, n, n) bias")
+
+    monkeypatch.setattr(TisaPositionBias, "forward", no_full_bias)
+    input_ids, mask = make_inputs(config)
+    with torch.no_grad():
+        got = model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    monkeypatch.undo()
+    expected = reference_forward("bert", model, input_ids, mask.bool(), "replace")
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], expected[keep], atol=1e-5, rtol=1e-4)
+
+
+def test_flex_training_on_cpu_is_refused_before_any_work():
+    config = tiny_config("bert", tisa={"num_kernels": 2, "init": "random"})
+    model = AutoModel.from_config(config, attn_implementation="flex_attention").train()
+    input_ids, mask = padded(config, 8)
+    with pytest.raises(UsageError) as error:
+        model(input_ids=input_ids, attention_mask=mask)
+    assert str(error.value) == (
+        "flex attention cannot train TISA kernels on CPU: PyTorch has no flex attention backward there. Use "
+        "attn_implementation='sdpa' to train on CPU (flex attention runs inference on CPU and trains on CUDA)."
+    )
+    model.tisa.requires_grad_(False)  # frozen kernels: nothing of TISA's needs the backward
+    assert attention.flex_refusal(model.tisa, torch.zeros(1, 4, 8, 8), 0.0) is None
+
+
+def test_flex_with_attention_dropout_is_refused_with_the_fix():
+    config = tiny_config("bert", attention_probs_dropout_prob=0.1, tisa={"num_kernels": 2, "init": "random"})
+    model = AutoModel.from_config(config, attn_implementation="flex_attention").train()
+    input_ids, mask = padded(config, 8)
+    refused = pytest.raises(UsageError, match=r"^flex attention has no attention dropout, and this model's is 0\.1")
+    with refused, torch.no_grad():
+        model(input_ids=input_ids, attention_mask=mask)
