@@ -281,7 +281,7 @@ def test_bad_settings_fail_in_one_line_before_any_model_loads(case, models, tmp_
     argv = [teacher, "--text", str(text), "--lengths", "8", "--out", str(out), "--max-tokens", str(MAX_TOKENS)]
     if case == "a model twice":
         argv.insert(0, teacher)
-    assert lm_eval.main([*argv, *extra]) == 2
+    assert lm_eval_main([*argv, *extra]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("tisa-hf lm-eval: ")
     assert message.format(teacher=teacher) in error
