@@ -334,7 +334,7 @@ def test_train_head_fits_only_a_head_that_mlm_adaptation_then_uses(workspace, tm
     mlm = run_adapt(longer)
     assert [stage["length"] for stage in mlm["adaptation"]["curriculum"]] == [16, 96]
     assert set(mlm["metrics"]["held_out_loss"]) == {"16", "96"}
-    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm").config.tisa["mode"] == "replace"
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm").config.tisa.mode == "replace"
 
 
 def test_finished_runs_are_not_overwritten(workspace, tmp_path, capsys):

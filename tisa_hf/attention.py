@@ -5,7 +5,7 @@ the same names with `AttentionMaskInterface`, which builds their padding masks a
 `tisa_hf` is imported. A TISA model's config selects them (`config._attn_implementation == "tisa_sdpa"`, say);
 transformers' own entries are never replaced, so every other model computes exactly what it did before.
 
-Each function reads its module's `TisaSite` (set when the model was patched), takes that layer's bias from the
+Each function reads its module's `AttentionSite` (set when the model was patched), takes that layer's bias from the
 encoder's kernel module and hands the logits' bias to the plain backend:
 
 - `tisa_eager`: the bias merged into the additive mask; `output_attentions=True` returns probabilities with it.
@@ -22,7 +22,7 @@ encoder's kernel module and hands the logits' bias to the plain backend:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -31,34 +31,13 @@ from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
+from .adapters import AttentionSite
 from .kernels import TisaPositionBias, toeplitz_from_offsets
-from .names import BIAS_ATTRIBUTE, LAYER_INDEX_KWARG, SITE_ATTRIBUTE
+from .names import SITE_ATTRIBUTE
 
 BLOCK_BIAS_BYTES = 64 * 2**20
 _FUSED_DTYPES = (torch.float32,)
 _UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
-
-
-@dataclass(frozen=True)
-class TisaSite:
-    """Which TISA layer a self-attention module serves, and the encoder that holds the kernels.
-
-    The kernels are looked up on the encoder at every call (`encoder.tisa`), so a wrapper that replaces the module
-    (PEFT's `modules_to_save`) is used as such. `layer` is fixed for unshared modules; for modules shared across
-    layers (ALBERT) it is None and the encoder passes `tisa_layer_index` with each call, to which `offset` is added.
-    """
-
-    encoder: nn.Module = field(repr=False, compare=False)
-    layer: int | None
-    offset: int = 0
-
-    def kernels(self) -> TisaPositionBias | None:
-        """The encoder's kernel module, or None where it has none (S = 0)."""
-        return getattr(self.encoder, BIAS_ATTRIBUTE, None)
-
-    def layer_index(self, kwargs: dict) -> int:
-        passed = kwargs.pop(LAYER_INDEX_KWARG, None)
-        return self.layer if self.layer is not None else passed + self.offset
 
 
 def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
@@ -71,7 +50,7 @@ def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
 
 
 def _site_bias(module: nn.Module, query: torch.Tensor, kwargs: dict) -> tuple[TisaPositionBias | None, int]:
-    site: TisaSite | None = getattr(module, SITE_ATTRIBUTE, None)
+    site: AttentionSite | None = getattr(module, SITE_ATTRIBUTE, None)
     if site is None:
         raise ValueError(
             f"{type(module).__name__} runs a TISA attention function but was never patched with TISA. Load the "

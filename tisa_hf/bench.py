@@ -42,8 +42,8 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 from .config import TisaConfig
 from .environment import machine
 from .kernels import TisaPositionBias, kernel_values
+from .modeling import patch
 from .parsers import bench_parser
-from .patching import patch
 
 TISA_KERNELS = 5
 

@@ -20,11 +20,11 @@ from huggingface_hub.utils import validate_repo_id
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from .config_types import plain_model_config
 from .counting import PositionalParameterCount, count_positional_parameters
 from .environment import describe_machine
 from .finetune.run_folder import METRICS_FILE
 from .hub_access import LOADING_ERRORS, describe_error
+from .model_configs import plain_model_config
 from .packaged import MINILM_ALIAS, MINILM_HUB_ID
 from .parsers import push_parser
 from .patching import tisa_config_of

@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 
 from ..adapters import find_base_model
 from ..config import TisaConfig
-from ..config_types import plain_model_config
+from ..model_configs import plain_model_config
 from ..packaged import resolve_model
 from ..patching import position_table_length
 from .objectives import mlm_head_of
