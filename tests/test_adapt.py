@@ -15,8 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 import tisa_hf
-from tests.conftest import tiny_config
-from tests.finetune_fixtures import two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
+from tests.fixtures import tiny_config, two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf import hub
 from tisa_hf.adapt import run as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS

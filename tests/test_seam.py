@@ -11,12 +11,12 @@ import textwrap
 
 import pytest
 import torch
-from conftest import tiny_config
-from reference import reference_forward
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForSequenceClassification, BertForSequenceClassification, BertModel
 
 import tisa_hf
+from tests.fixtures import tiny_config
+from tests.reference import reference_forward
 from tisa_hf.attention import ATTENTION_FUNCTIONS
 
 
