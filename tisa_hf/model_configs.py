@@ -15,14 +15,21 @@ from .adapters import EncoderAdapter, adapter_for
 from .config import TisaConfig
 from .names import plain_implementation, tisa_implementation, tisa_model_type
 
+# config.json names TISA's attention function, which transformers knows only once tisa_hf is imported: a plain class
+# (`BertForSequenceClassification.from_pretrained`) then refuses the checkpoint before reading its weights, instead
+# of running it without its kernels. The TISA config classes read past it (`from_dict`): the model type already says
+# the model is TISA's, and which backend runs it stays the caller's choice, as for any model.
+ATTENTION_KEY = "attn_implementation"
+ATTENTION_MARK = tisa_implementation("sdpa")
+
 
 class TisaConfigMixin:
     """The config of a TISA model: its architecture's config plus `tisa`, stored in config.json as a dict."""
 
     # Makes the model classes of a TISA type known to the AutoModel* classes, which look them up by the config's
     # class right after building a config. Set by `integration.install` (the model classes build on these config
-    # classes, so this module cannot import them); registering on first use imports an architecture's model code
-    # only once a model of it is built.
+    # classes, so this module cannot import them); registering then, not at import, imports an architecture's model
+    # code only once a config of its TISA type exists.
     register_model_classes: ClassVar[Callable[[EncoderAdapter], None]]
 
     @property
@@ -34,11 +41,16 @@ class TisaConfigMixin:
         self.__dict__["tisa"] = None if value is None else TisaConfig.from_value(value)
 
     def to_dict(self) -> dict[str, Any]:
-        """transformers' dict of the config, with `tisa` as the dict config.json stores."""
+        """transformers' dict of the config, with `tisa` as the dict config.json stores and TISA's attention named."""
         output = super().to_dict()
         if output.get("tisa") is not None:
             output["tisa"] = output["tisa"].to_dict()
-        return output
+        return {**output, ATTENTION_KEY: ATTENTION_MARK}
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> PreTrainedConfig:
+        """transformers' `from_dict`, past the attention name that config.json holds for the plain classes."""
+        return super().from_dict({key: value for key, value in config_dict.items() if key != ATTENTION_KEY}, **kwargs)
 
     @property
     def _attn_implementation(self) -> str | None:
@@ -94,7 +106,7 @@ def _build_tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTr
 
 def _architecture_settings(config: PreTrainedConfig) -> dict[str, Any]:
     """A config's settings without its model type and TISA settings: what both kinds of config share."""
-    return {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
+    return {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa", ATTENTION_KEY)}
 
 
 def tisa_model_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool | None = True) -> PreTrainedConfig:
