@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random encoders of every supported architecture, and the packaged MiniLM."""
+"""pytest fixtures and hooks shared by every test: the architecture parameter, seeding, no network, log capture and
+the packaged MiniLM (what the fixtures build on is in `tests/fixtures.py`)."""
 
 from __future__ import annotations
 
@@ -6,42 +7,10 @@ import huggingface_hub
 import pytest
 import torch
 import transformers
-from transformers import AlbertConfig, BertConfig, DistilBertConfig, ElectraConfig, RobertaConfig, XLMRobertaConfig
 
 import tisa_hf
+from tests.fixtures import MODEL_TYPES
 from tisa_hf import hub_access
-
-TINY = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=40,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
-
-
-def tiny_config(model_type: str, **overrides):
-    if model_type == "bert":
-        return BertConfig(**{**TINY, **overrides})
-    if model_type == "roberta":
-        return RobertaConfig(**{**TINY, "pad_token_id": 1, "max_position_embeddings": 42, **overrides})
-    if model_type == "albert":
-        return AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_groups": 1, **overrides})
-    if model_type == "electra":
-        return ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
-    if model_type == "xlm-roberta":
-        return XLMRobertaConfig(**{**TINY, "pad_token_id": 1, "max_position_embeddings": 42, **overrides})
-    if model_type == "distilbert":
-        sizes = {key: TINY[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")}
-        extra = {"hidden_dim": 37, "max_position_embeddings": 40, "dropout": 0.0, "attention_dropout": 0.0}
-        return DistilBertConfig(**{**sizes, **extra, **overrides})
-    raise ValueError(model_type)
-
-
-MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
 
 
 def pytest_collection_modifyitems(items):

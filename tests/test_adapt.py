@@ -15,8 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 import tisa_hf
-from tests.conftest import tiny_config
-from tests.finetune_fixtures import two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
+from tests.fixtures import tiny_config, two_process_launch, write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
@@ -353,7 +352,7 @@ def test_train_head_fits_only_a_head_that_mlm_adaptation_then_uses(workspace, tm
     mlm = run_adapt(longer)
     assert [stage["length"] for stage in mlm["adaptation"]["curriculum"]] == [16, 96]
     assert set(mlm["metrics"]["held_out_loss"]) == {"16", "96"}
-    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm").config.tisa["mode"] == "replace"
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm").config.tisa.mode == "replace"
 
 
 def test_finished_runs_are_not_overwritten(workspace, tmp_path, capsys):

@@ -11,10 +11,10 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from conftest import tiny_config
 from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
+from tests.fixtures import tiny_config
 from tisa_hf import hub_access
 from tisa_hf.analysis.report import SECTIONS
 from tisa_hf.cli import entry, main

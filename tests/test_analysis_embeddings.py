@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 from scipy.linalg import toeplitz
-from transformers import RobertaConfig, RobertaModel
+from transformers import RobertaModel
 
+from tests.fixtures import tiny_config
 from tisa_hf.analysis.embeddings import (
     amplitude_spectrum,
     dimensions_for_variance,
@@ -78,15 +79,7 @@ def test_pca_of_a_rank_three_table():
 
 
 def test_position_table_skips_robertas_padding_rows():
-    config = RobertaConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=20,
-        pad_token_id=1,
-    )
+    config = tiny_config("roberta", vocab_size=50, hidden_size=16, num_hidden_layers=1, max_position_embeddings=20)
     model = RobertaModel(config)
     table = position_table(model)
     assert table.shape == (18, 16)

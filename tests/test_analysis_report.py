@@ -7,9 +7,10 @@ import re
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import AutoTokenizer, BertModel
 
 import tisa_hf
+from tests.fixtures import tiny_config
 from tisa_hf.analysis import AnalysisOptions, analyze_model, save_figures, write_html
 from tisa_hf.analysis.plots import PROBING_PERCENTILE, _pooled, gram_figure, probing_figure
 from tisa_hf.analysis.report import NEGATIVE_R2_NOTE
@@ -20,13 +21,8 @@ MINILM = os.path.join(os.path.dirname(minilm.__file__), "model")
 
 def tiny_bert(tisa=None) -> BertModel:
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=200,
+    config = tiny_config(
+        "bert", vocab_size=30522, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=200
     )
     model = BertModel(config)
     return tisa_hf.patch(model, tisa) if tisa else model

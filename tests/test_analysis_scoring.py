@@ -2,25 +2,17 @@
 
 import pytest
 import torch
-from transformers import BertConfig, BertModel
+from transformers import BertModel
 
 import tisa_hf
+from tests.fixtures import tiny_config
 from tisa_hf.analysis.positional_attention import analyze_profiles, default_query_positions, select_layers
 from tisa_hf.analysis.scoring import compare_scoring_to_profiles
-
-CONFIG = dict(
-    vocab_size=200,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=48,
-)
 
 
 def tiny_bert(tisa=None) -> BertModel:
     torch.manual_seed(0)
-    model = BertModel(BertConfig(**CONFIG)).eval()
+    model = BertModel(tiny_config("bert", vocab_size=200, intermediate_size=64, max_position_embeddings=48)).eval()
     return tisa_hf.patch(model, tisa) if tisa else model
 
 

@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from transformers import AlbertConfig, AlbertModel, BertConfig, BertModel
+from transformers import AlbertModel, BertModel
 
+from tests.fixtures import tiny_config
 from tisa_hf.adapters import find_base_model
 from tisa_hf.analysis.variance import (
     attention_output_variance,
@@ -12,21 +13,14 @@ from tisa_hf.analysis.variance import (
     position_free_inputs,
 )
 
-SIZES = dict(
-    vocab_size=300,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=128,
-)
+SIZES = dict(vocab_size=300, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=128)
 
 
 def tiny(kind: str, **extra):
     torch.manual_seed(0)
     if kind == "albert":
-        return AlbertModel(AlbertConfig(**SIZES, embedding_size=16, **extra)).eval()
-    return BertModel(BertConfig(**SIZES, **extra)).eval()
+        return AlbertModel(tiny_config("albert", **SIZES, **extra)).eval()
+    return BertModel(tiny_config("bert", **SIZES, **extra)).eval()
 
 
 @pytest.mark.parametrize("kind", ["bert", "albert"])

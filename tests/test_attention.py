@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_config
-from reference import reference_forward
 from transformers import AutoModel
 
 import tisa_hf
+from tests.fixtures import tiny_config
+from tests.reference import reference_forward
 
 
 def make_inputs(config, batch=3, length=9):

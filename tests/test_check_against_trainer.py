@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.finetune_fixtures import write_glue_tsv, write_tiny_model
+from tests.fixtures import write_glue_tsv, write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "check_against_trainer.py"

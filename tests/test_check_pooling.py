@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
+from transformers import AutoModelForSequenceClassification, RobertaForSequenceClassification
 
-from tests.finetune_fixtures import write_glue_tsv, write_tiny_model
+from tests.fixtures import tiny_config, write_glue_tsv, write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -65,9 +65,7 @@ def test_mean_pooling_feeds_the_models_own_classifier_and_loss(pooling, workspac
 
 
 def test_heads_without_a_linear_classifier_are_refused(pooling):
-    config = RobertaConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
-    )
+    config = tiny_config("roberta", vocab_size=50, hidden_size=16, num_hidden_layers=1)
     with pytest.raises(ValueError) as error:
         pooling.MeanPooledClassifier(RobertaForSequenceClassification(config))
     assert str(error.value) == (

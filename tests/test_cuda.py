@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
 from transformers import AutoModel, AutoModelForSequenceClassification
 
 import tisa_hf  # noqa: F401  (registers TISA's model types)
+from tests.fixtures import tiny_config
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda")

@@ -8,11 +8,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertModel
+from transformers import BertModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import tisa_hf
 import tisa_hf.attention as attention
+from tests.fixtures import tiny_config
 from tisa_hf.bench import per_head_loop_bias
 from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
 
@@ -40,15 +41,8 @@ def explicit_bias(module: TisaPositionBias, layer: int, length: int) -> torch.Te
 
 def tiny_bert(implementation: str, mode: str = "add", max_positions: int = 64) -> BertModel:
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=max_positions,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+    config = tiny_config(
+        "bert", vocab_size=100, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=max_positions
     )
     config._attn_implementation = implementation
     model = BertModel(config)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from huggingface_hub import HfApi, errors
 
-from tests.finetune_fixtures import glue_argv, write_rte_tsv, write_tiny_model
+from tests.fixtures import glue_argv, write_rte_tsv, write_tiny_model
 from tisa_hf import hub_access
 from tisa_hf.finetune import glue_task as glue_module
 from tisa_hf.finetune import squad_task as squad_module

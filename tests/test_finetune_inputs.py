@@ -11,7 +11,7 @@ import yaml
 from accelerate import Accelerator
 from transformers import BertConfig, RobertaConfig
 
-from tests.finetune_fixtures import glue_argv, write_glue_tsv, write_rte_tsv, write_tiny_model
+from tests.fixtures import glue_argv, write_glue_tsv, write_rte_tsv, write_tiny_model
 from tisa_hf import cli
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.config import TisaConfig

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 import tisa_hf
-from tests.finetune_fixtures import WORDS, write_tiny_model
+from tests.fixtures import WORDS, write_tiny_model
 from tisa_hf.finetune.arguments import SQUAD_ARGUMENTS, parse_arguments
 from tisa_hf.finetune.squad_data import prepare_eval_features, read_squad_json
 from tisa_hf.finetune.squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores

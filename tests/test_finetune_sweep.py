@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.finetune_fixtures import write_rte_tsv, write_tiny_model
+from tests.fixtures import write_rte_tsv, write_tiny_model
 from tisa_hf.cli import entry
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
 from tisa_hf.finetune.sweep import plan

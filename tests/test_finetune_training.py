@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tests.finetune_fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
+from tests.fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
 from tisa_hf.environment import processor_name
 from tisa_hf.finetune import glue_task as glue
 from tisa_hf.finetune import trainer

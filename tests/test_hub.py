@@ -12,9 +12,10 @@ import torch
 from huggingface_hub import HfApi, ModelCard, errors
 from huggingface_hub.utils import filter_repo_objects
 from PIL import Image
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+from transformers import AutoTokenizer, BertForSequenceClassification
 
 import tisa_hf
+from tests.fixtures import tiny_config
 from tisa_hf import cli
 from tisa_hf.errors import UsageError
 from tisa_hf.finetune import push
@@ -29,7 +30,8 @@ METRICS = {"accuracy": 0.6823104693140795, "f1": 0.7012, "loss": 0.61}
 
 def _tiny_bert(tisa):
     torch.manual_seed(0)
-    config = BertConfig(
+    config = tiny_config(
+        "bert",
         vocab_size=30522,
         hidden_size=HIDDEN,
         num_hidden_layers=LAYERS,

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
 from transformers import AutoModelForSequenceClassification
 
 import tisa_hf
+from tests.fixtures import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

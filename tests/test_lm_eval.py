@@ -12,8 +12,7 @@ from PIL import Image
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 import tisa_hf
-from tests.conftest import tiny_config
-from tests.finetune_fixtures import write_tiny_model, write_wikitext
+from tests.fixtures import tiny_config, write_tiny_model, write_wikitext
 from tisa_hf.adapt import lm_eval
 from tisa_hf.adapt.interpolation import PositionInterpolation, interpolated_rows
 from tisa_hf.adapt.lm_eval_output import PROGRESS_FILE

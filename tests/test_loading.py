@@ -4,11 +4,11 @@ import logging
 
 import pytest
 import torch
-from conftest import tiny_config
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 import tisa_hf
+from tests.fixtures import tiny_config
 from tisa_hf.finetune.loading import load_under_head
 
 

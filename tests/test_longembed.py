@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from embedding_fixtures import tiny_tokenizer, write_tiny_encoder
-from finetune_fixtures import WORDS
 from transformers import AutoModel
 
+from tests.fixtures import WORDS
 from tisa_hf.adapt.text import tokenize_articles
 from tisa_hf.errors import UsageError
 

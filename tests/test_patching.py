@@ -7,10 +7,10 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
 from transformers import AutoModel, AutoModelForSequenceClassification, GPT2Config
 
 import tisa_hf
+from tests.fixtures import tiny_config
 from tisa_hf import patching
 
 

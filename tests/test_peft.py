@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
 from transformers import AutoModel
+
+from tests.fixtures import tiny_config
 
 peft = pytest.importorskip("peft")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
 from reference import reference_forward
 from test_attention import make_inputs
 from transformers import AutoModel
 
 import tisa_hf.attention as attention
+from tests.fixtures import tiny_config
 from tisa_hf import routes
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias

@@ -6,7 +6,7 @@ import shutil
 import pytest
 from transformers import AutoModel
 
-from tests.finetune_fixtures import write_rte_tsv, write_tiny_model, write_wikitext
+from tests.fixtures import write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.cli import entry

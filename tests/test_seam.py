@@ -11,12 +11,12 @@ import textwrap
 
 import pytest
 import torch
-from conftest import tiny_config
-from reference import reference_forward
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForSequenceClassification, BertForSequenceClassification, BertModel
 
 import tisa_hf
+from tests.fixtures import tiny_config
+from tests.reference import reference_forward
 from tisa_hf.attention import ATTENTION_FUNCTIONS
 
 
@@ -52,6 +52,7 @@ def test_checkpoint_declares_its_tisa_model_type(tisa_dir):
     assert saved["model_type"] == "tisa_hf_bert"
     assert saved["architectures"] == ["TisaBertForSequenceClassification"]
     assert saved["tisa"]["num_kernels"] == 2
+    assert saved["attn_implementation"] == "tisa_sdpa"  # what makes plain classes refuse it without tisa_hf
     assert "auto_map" not in saved  # no remote code involved
 
 
@@ -72,6 +73,47 @@ def test_loading_without_tisa_hf_fails_naming_the_package(tisa_dir):
     assert "model type `tisa_hf_bert`" in result.stdout and "tisa_hf" in result.stdout
 
 
+PLAIN_CLASS_SCRIPT = """
+import sys
+from transformers import BertForSequenceClassification
+try:
+    BertForSequenceClassification.from_pretrained(PATH)
+except ValueError as error:
+    print("refused:", "tisa_hf" in sys.modules, str(error).split(". ")[0])
+model = BertForSequenceClassification.from_pretrained(PATH, attn_implementation="sdpa")
+print("asked for sdpa:", type(model).__name__, model.config._attn_implementation)
+"""
+
+
+def test_plain_class_without_tisa_hf_refuses_the_checkpoint_unless_told_the_attention(tisa_dir):
+    """Without tisa_hf, transformers does not know the attention function config.json names, and says so before
+    reading any weights; naming a backend explicitly overrides it (the README says so)."""
+    script = PLAIN_CLASS_SCRIPT.replace("PATH", repr(str(tisa_dir)))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        'refused: False Specified `attn_implementation="tisa_sdpa"` is not supported',
+        "asked for sdpa: BertForSequenceClassification sdpa",
+    ]
+
+
+def test_plain_class_with_tisa_hf_and_checkpoints_without_the_attention_name_load_as_saved(tisa_dir, tmp_path):
+    """With tisa_hf, a plain class hands a TISA checkpoint to its TISA class; checkpoints written before config.json
+    named TISA's attention load as they did."""
+    model = AutoModelForSequenceClassification.from_pretrained(tisa_dir)
+    unnamed = tmp_path / "unnamed"
+    model.save_pretrained(unnamed)
+    config = json.loads((unnamed / "config.json").read_text())
+    del config["attn_implementation"]
+    (unnamed / "config.json").write_text(json.dumps(config))
+    input_ids = torch.randint(1, 99, (2, 9))
+    for loader, path in ((BertForSequenceClassification, tisa_dir), (AutoModelForSequenceClassification, unnamed)):
+        loaded = loader.from_pretrained(path)
+        assert type(loaded).__name__ == "TisaBertForSequenceClassification"
+        assert loaded.config._attn_implementation == "tisa_sdpa"
+        torch.testing.assert_close(logits(loaded, input_ids), logits(model, input_ids), rtol=0, atol=0)
+
+
 def test_auto_classes_reload_with_identical_logits(tisa_dir):
     first = AutoModelForSequenceClassification.from_pretrained(tisa_dir)
     second = AutoModelForSequenceClassification.from_pretrained(tisa_dir)
@@ -89,6 +131,7 @@ def test_checkpoint_of_tisa_hf_0_1_still_loads_with_its_kernels(tisa_dir, tmp_pa
     model.save_pretrained(legacy)
     config = json.loads((legacy / "config.json").read_text())
     config.update(model_type="bert", architectures=["BertForSequenceClassification"])
+    del config["attn_implementation"]
     (legacy / "config.json").write_text(json.dumps(config))
     input_ids = torch.randint(1, 99, (2, 9))
     for loader in (AutoModelForSequenceClassification, BertForSequenceClassification):
@@ -112,6 +155,7 @@ def test_output_loading_info_returns_the_model_and_what_transformers_reports(pla
     AutoModelForSequenceClassification.from_pretrained(tisa_dir).save_pretrained(legacy)
     config = json.loads((legacy / "config.json").read_text())
     config.update(model_type="bert", architectures=["BertForSequenceClassification"])
+    del config["attn_implementation"]
     (legacy / "config.json").write_text(json.dumps(config))
     model, info = BertForSequenceClassification.from_pretrained(legacy, output_loading_info=True)
     assert tisa_hf.tisa_config_of(model) == tisa and not info["missing_keys"] and not info["unexpected_keys"]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
-from tests.finetune_fixtures import write_glue_tsv, write_tiny_model
+from tests.fixtures import write_glue_tsv, write_tiny_model
 from tisa_hf.finetune.glue_data import get_task, load_glue
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "segment_agreement.py"

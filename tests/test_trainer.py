@@ -5,13 +5,13 @@ import torch
 from torch.utils.data import Dataset
 from transformers import (
     AutoModelForSequenceClassification,
-    BertConfig,
     BertForSequenceClassification,
     Trainer,
     TrainingArguments,
 )
 
 import tisa_hf
+from tests.fixtures import tiny_config
 
 
 class FirstTokenTask(Dataset):
@@ -28,15 +28,7 @@ class FirstTokenTask(Dataset):
 
 
 def test_trainer_trains_saves_and_reloads_a_tisa_model(tmp_path):
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=40,
-        num_labels=2,
-    )
+    config = tiny_config("bert", vocab_size=50, num_hidden_layers=2, num_labels=2)
     BertForSequenceClassification(config).save_pretrained(tmp_path / "pretrained")
     tisa = tisa_hf.TisaConfig(num_kernels=2, init="random")
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "pretrained", tisa=tisa)

@@ -4,7 +4,7 @@ timing starts (`tisa-hf adapt`, `analyze`, `compare`, `bench`)."""
 import pytest
 import torch
 
-from tests.finetune_fixtures import write_tiny_model, write_wikitext
+from tests.fixtures import write_tiny_model, write_wikitext
 from tisa_hf import bench, cli
 from tisa_hf.adapt import adapt_task
 from tisa_hf.analysis import commands

@@ -5,7 +5,7 @@ the same names with `AttentionMaskInterface`, which builds their padding masks a
 `tisa_hf` is imported. A TISA model's config selects them (`config._attn_implementation == "tisa_sdpa"`, say);
 transformers' own entries are never replaced, so every other model computes exactly what it did before.
 
-Each function reads its module's `TisaSite` (set when the model was patched), takes that layer's bias from the
+Each function reads its module's `AttentionSite` (set when the model was patched), takes that layer's bias from the
 encoder's kernel module and hands the logits' bias to the plain backend:
 
 - `tisa_eager`: the bias merged into the additive mask; `output_attentions=True` returns probabilities with it.
@@ -27,7 +27,7 @@ and `tisa-hf env` (`tisa_hf.routes`) both call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -39,9 +39,10 @@ from transformers.integrations.flex_attention import compile_friendly_flex_atten
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
+from .adapters import AttentionSite
 from .errors import UsageError
 from .kernels import TisaPositionBias, toeplitz_from_offsets
-from .names import BIAS_ATTRIBUTE, LAYER_INDEX_KWARG, SITE_ATTRIBUTE
+from .names import SITE_ATTRIBUTE
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -60,28 +61,6 @@ _SDPA_BACKENDS = {
 }
 
 
-@dataclass(frozen=True)
-class TisaSite:
-    """Which TISA layer a self-attention module serves, and the encoder that holds the kernels.
-
-    The kernels are looked up on the encoder at every call (`encoder.tisa`), so a wrapper that replaces the module
-    (PEFT's `modules_to_save`) is used as such. `layer` is fixed for unshared modules; for modules shared across
-    layers (ALBERT) it is None and the encoder passes `tisa_layer_index` with each call, to which `offset` is added.
-    """
-
-    encoder: nn.Module = field(repr=False, compare=False)
-    layer: int | None
-    offset: int = 0
-
-    def kernels(self) -> TisaPositionBias | None:
-        """The encoder's kernel module, or None where it has none (S = 0)."""
-        return getattr(self.encoder, BIAS_ATTRIBUTE, None)
-
-    def layer_index(self, kwargs: dict) -> int:
-        passed = kwargs.pop(LAYER_INDEX_KWARG, None)
-        return self.layer if self.layer is not None else passed + self.offset
-
-
 def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
     """An additive float mask holding `bias` where attention is allowed; broadcast over the batch if no mask."""
     if mask is None:
@@ -92,7 +71,7 @@ def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
 
 
 def _site_bias(module: nn.Module, query: torch.Tensor, kwargs: dict) -> tuple[TisaPositionBias | None, int]:
-    site: TisaSite | None = getattr(module, SITE_ATTRIBUTE, None)
+    site: AttentionSite | None = getattr(module, SITE_ATTRIBUTE, None)
     if site is None:
         raise ValueError(
             f"{type(module).__name__} runs a TISA attention function but was never patched with TISA. Load the "

@@ -45,7 +45,7 @@ from .config import TisaConfig
 from .environment import checked_device, machine
 from .errors import UsageError
 from .kernels import TisaPositionBias, kernel_values
-from .patching import patch
+from .modeling import patch
 from .saved_files import check_output_folder
 
 TISA_KERNELS = 5

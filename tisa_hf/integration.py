@@ -19,8 +19,8 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from .adapters import ADAPTERS, adapter_for
 from .attention import register_attention_functions
-from .config_types import register_config_type, to_tisa_config
-from .modeling import TisaModelMixin, tisa_model_class
+from .model_configs import TisaConfigMixin, register_config_type, tisa_model_config
+from .modeling import TisaModelMixin, register_model_classes, tisa_model_class
 
 _INSTALLED_MARK = "_tisa_hf_installed"
 
@@ -62,7 +62,7 @@ def _from_pretrained(original):
             kwargs["config"] = model.config  # a 0.1 checkpoint loaded by a class: load it again, with its kernels
             del model, loaded
         if _legacy_tisa(kwargs.get("config")) is not None or (tisa is not None and kwargs.get("config") is not None):
-            kwargs["config"] = to_tisa_config(kwargs["config"], legacy or tisa)
+            kwargs["config"] = tisa_model_config(kwargs["config"], legacy or tisa)
         return _tisa_class(cls).from_pretrained(pretrained_model_name_or_path, *model_args, tisa=tisa, **kwargs)
 
     return classmethod(from_pretrained)
@@ -74,13 +74,14 @@ def _from_config(original):
         legacy = _legacy_tisa(config)
         if legacy is None or _is_tisa_class(cls):
             return original.__func__(cls, config, **kwargs)
-        return _tisa_class(cls)._from_config(to_tisa_config(config, legacy), **kwargs)
+        return _tisa_class(cls)._from_config(tisa_model_config(config, legacy), **kwargs)
 
     return classmethod(from_config)
 
 
 def install() -> None:
     """Registers the config types, the attention functions and the `from_pretrained` hand-over (idempotent)."""
+    TisaConfigMixin.register_model_classes = staticmethod(register_model_classes)
     for adapter in ADAPTERS.values():
         register_config_type(adapter)
     register_attention_functions()

@@ -1,13 +1,13 @@
-"""TISA model types: how a TISA checkpoint declares itself and loads strictly.
+"""TISA model types: how a TISA checkpoint declares itself and loads strictly, and `patch` for a model in memory.
 
-Every supported architecture gets a config class (`config_types`) and model classes of its own, built from
+Every supported architecture gets a config class (`model_configs`) and model classes of its own, built from
 transformers' classes and registered with `AutoConfig` and the `AutoModel*` classes:
 
 - `model_type` is `tisa_hf_<base type>` (`tisa_hf_bert`, ...). A saved TISA model therefore fails to load
   without tisa_hf, with transformers' own error naming that model type, instead of loading silently without its
   kernels; with `import tisa_hf` the Auto classes load it as it was saved. `trust_remote_code` is never needed.
-- The config carries `tisa` (a `TisaConfig` as a dict); the model classes are transformers' classes plus the
-  kernel module, the attention sites and TISA's attention implementations (`tisa_sdpa` for `sdpa`, ...).
+- The config carries `tisa` (a `TisaConfig`; a dict in config.json); the model classes are transformers' classes
+  plus the kernel module, the attention sites and TISA's attention implementations (`tisa_sdpa` for `sdpa`, ...).
 - Loading is strict: kernels missing from a TISA checkpoint, or holding NaN or inf values, are errors, and a
   `tisa=` that contradicts the checkpoint's own settings is refused before any weights are read. Converting a
   plain checkpoint (`tisa=` on a config without TISA) initialises the kernels quietly, with one INFO line.
@@ -21,12 +21,13 @@ import logging
 import transformers.models.auto.modeling_auto as auto_models
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils.generic import is_flash_attention_requested
+from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
-from .adapters import ADAPTERS, EncoderAdapter, adapter_for
+from .adapters import ADAPTERS, EncoderAdapter, adapter_for, find_base_model
 from .config import TisaConfig
-from .config_types import register_config_type, tisa_config_class, to_tisa_config
+from .model_configs import TisaConfigMixin, register_config_type, tisa_config_class, tisa_model_config
 from .names import BIAS_ATTRIBUTE, plain_implementation, tisa_implementation
-from .patching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_bias_module
+from .patching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_bias_module, tisa_config_of
 
 logger = logging.getLogger(__name__)
 
@@ -37,18 +38,17 @@ class TisaModelMixin:
     """A transformers model class with TISA: attached in `__init__`, strict in `from_pretrained`."""
 
     def __init__(self, config: PreTrainedConfig, *args, **kwargs):
-        if not getattr(config, "tisa", None):
+        if not isinstance(config, TisaConfigMixin) or config.tisa is None:
             raise ValueError(
                 f"{type(self).__name__} needs a config with TISA settings; build it with "
                 "tisa_hf.tisa_model_config(config, tisa_hf.TisaConfig(...))."
             )
         super().__init__(config, *args, **kwargs)
-        tisa = TisaConfig.from_value(config.tisa)
         base, adapter = self.base_model, adapter_for(config.model_type)
-        attach_tisa(base, adapter, tisa)
+        attach_tisa(base, adapter)
         bias = tisa_bias_module(base)
         if bias is not None and not bias.amplitude.is_meta:  # built to be trained, not to be loaded
-            initialize_tisa(base, adapter, tisa)
+            initialize_tisa(base, adapter)
 
     def _check_and_adjust_attn_implementation(
         self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
@@ -88,10 +88,10 @@ class TisaModelMixin:
         saved = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)[0].get("tisa")
         config = kwargs.pop("config", None)
         if isinstance(config, PreTrainedConfig):
-            config = to_tisa_config(config, tisa if tisa is not None else getattr(config, "tisa", None) or saved)
+            config = tisa_model_config(config, tisa if tisa is not None else getattr(config, "tisa", None) or saved)
         elif tisa is not None:
             kwargs["tisa"] = tisa
-        requested = getattr(config, "tisa", None) or (TisaConfig.from_value(tisa).to_dict() if tisa else saved)
+        requested = getattr(config, "tisa", None) or (TisaConfig.from_value(tisa) if tisa else saved)
         if requested is None:
             raise ValueError(
                 f"{pretrained_model_name_or_path} has no TISA settings: pass tisa=tisa_hf.TisaConfig(...) to "
@@ -110,9 +110,9 @@ class TisaModelMixin:
         )
         missing = sorted(getattr(model, "_tisa_missing_keys", ()))
         base, adapter = model.base_model, adapter_for(model.config.model_type)
-        tisa_config = TisaConfig.from_value(model.config.tisa)
+        tisa_config = tisa_config_of(model)
         if saved is None or (missing and tisa_reinitialize):
-            initialize_tisa(base, adapter, tisa_config)
+            initialize_tisa(base, adapter)
         elif missing:
             raise ValueError(
                 f"{pretrained_model_name_or_path} declares TISA {tisa_config} but its weights lack "
@@ -156,6 +156,31 @@ def register_model_classes(adapter: EncoderAdapter) -> None:
         model_class = mapping[adapter.config_class]
         if isinstance(model_class, type) and issubclass(model_class, PreTrainedModel):
             auto_class.register(config_class, tisa_model_class(model_class), exist_ok=True)
+
+
+def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreTrainedModel:
+    """Gives a model already in memory TISA, initialised by `tisa.init`; returns the same model, patched in place.
+
+    The model becomes an instance of its TISA class (so it saves as a TISA checkpoint) with a config of its own:
+    the config object it was built with, which other models may share, is left as it was.
+    """
+    config = TisaConfig.from_value(tisa)
+    base, adapter = find_base_model(model)
+    if tisa_config_of(model) is not None:
+        raise ValueError(f"This {type(model).__name__} already has TISA ({tisa_config_of(model)}).")
+    old_config = model.config
+    new_config = tisa_model_config(old_config, config)
+    for module in model.modules():
+        if getattr(module, "config", None) is old_config:
+            module.config = new_config
+    model.__class__ = tisa_model_class(type(model))
+    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs  # what __init__ registers for output capture, per class
+    new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
+        old_config._attn_implementation
+    )
+    attach_tisa(base, adapter)
+    initialize_tisa(base, adapter)
+    return model
 
 
 def register_adapter(adapter: EncoderAdapter) -> None:

@@ -6,7 +6,6 @@ TISA_MODEL_TYPE_PREFIX = "tisa_hf_"  # model types of TISA checkpoints: tisa_hf_
 ATTENTION_PREFIX = "tisa_"  # TISA's attention functions: tisa_sdpa, ...
 BIAS_ATTRIBUTE = "tisa"  # the kernel module on the encoder (state-dict keys `<encoder>.tisa.*`)
 SITE_ATTRIBUTE = "tisa_site"  # on each self-attention module: the TISA layer it serves
-CONFIG_ATTRIBUTE = "tisa_config"  # on the encoder: the TisaConfig it was patched with
 LAYER_INDEX_KWARG = "tisa_layer_index"  # passed down by encoders whose attention modules serve several layers
 
 

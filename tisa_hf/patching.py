@@ -1,25 +1,26 @@
 """Giving an encoder TISA: the kernel module, the attention sites, the position-embedding modes and the kernels' start.
 
 `attach_tisa` is structural (run by every TISA model class's `__init__`); `initialize_tisa` sets the kernels by
-`TisaConfig.init`; `patch` turns a model already in memory into its TISA class.
+`TisaConfig.init`. Both read the settings from the encoder's config, their one home (`tisa_config_of`); turning a
+model already in memory into its TISA class is `modeling.patch`.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import replace
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
-from .adapters import EncoderAdapter, find_base_model
-from .attention import TisaSite
+from .adapters import EncoderAdapter
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
-from .names import BIAS_ATTRIBUTE, CONFIG_ATTRIBUTE, SITE_ATTRIBUTE
+from .model_configs import TisaConfigMixin
+from .names import BIAS_ATTRIBUTE, SITE_ATTRIBUTE
 from .profiles import extract_positional_profiles
 
 logger = logging.getLogger(__name__)
@@ -82,21 +83,17 @@ class SequenceLengthCheck:
             )
 
 
-def is_patched(base: nn.Module) -> bool:
-    return getattr(base, CONFIG_ATTRIBUTE, None) is not None
-
-
 def tisa_bias_module(base: PreTrainedModel) -> TisaPositionBias | None:
     return getattr(base, BIAS_ATTRIBUTE, None)
 
 
-def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConfig) -> None:
-    """Structural patch of a base encoder: the kernel module, the attention sites and the position mode.
+def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
+    """Structural patch of a base encoder by its config's TISA settings: the kernel module, the attention sites and
+    the position mode.
 
     Initialises nothing: the kernels are zeros (on the meta device while transformers builds a model to load).
     """
-    if is_patched(base):
-        raise ValueError(f"This {type(base).__name__} already has TISA ({getattr(base, CONFIG_ATTRIBUTE)}).")
+    config = tisa_config_of(base)
     embeddings = adapter.embeddings(base)
     table = adapter.position_table(base)
     row_offset = adapter.position_row_offset(base)
@@ -113,15 +110,15 @@ def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConf
     adapter.prepare(base)
     for site in adapter.attention_sites(base):
         # A plain attribute, not a submodule: the site points back at the encoder that owns the kernels.
-        object.__setattr__(site.module, SITE_ATTRIBUTE, TisaSite(base, site.layer, site.offset))
-    setattr(base, CONFIG_ATTRIBUTE, config)
+        object.__setattr__(site.module, SITE_ATTRIBUTE, replace(site, encoder=base))
 
 
-def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter, config: TisaConfig) -> None:
-    """Sets the kernels by `config.init`: fitted to the model's own positional profiles, zeros or random."""
+def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
+    """Sets the kernels by the config's `init`: fitted to the model's own positional profiles, zeros or random."""
     bias = tisa_bias_module(base)
     if bias is None:
         return
+    config = tisa_config_of(base)
     if config.init == "fit":
         profiles = extract_positional_profiles(base, length=config.profile_length)
         profile = profiles.toeplitz.profile
@@ -160,35 +157,8 @@ def position_table_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int
     return adapter.position_rows(base).shape[0]
 
 
-def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreTrainedModel:
-    """Gives a model already in memory TISA, initialised by `tisa.init`; returns the same model, patched in place.
-
-    The model becomes an instance of its TISA class (so it saves as a TISA checkpoint) with a config of its own:
-    the config object it was built with, which other models may share, is left as it was.
-    """
-    from .config_types import to_tisa_config
-    from .modeling import tisa_model_class  # modeling builds on this module
-
-    config = TisaConfig.from_value(tisa)
-    base, adapter = find_base_model(model)
-    if is_patched(base):
-        raise ValueError(f"This {type(model).__name__} already has TISA ({getattr(base, CONFIG_ATTRIBUTE)}).")
-    old_config = model.config
-    new_config = to_tisa_config(old_config, config)
-    for module in model.modules():
-        if getattr(module, "config", None) is old_config:
-            module.config = new_config
-    model.__class__ = tisa_model_class(type(model))
-    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs  # what __init__ registers for output capture, per class
-    new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
-        old_config._attn_implementation
-    )
-    attach_tisa(base, adapter, config)
-    initialize_tisa(base, adapter, config)
-    return model
-
-
-def tisa_config_of(model: PreTrainedModel) -> TisaConfig | None:
-    """The TISA config a model was patched with, or None."""
-    base = model if is_patched(model) else getattr(model, "base_model", model)
-    return getattr(base, CONFIG_ATTRIBUTE, None)
+def tisa_config_of(model: nn.Module) -> TisaConfig | None:
+    """The TISA settings of a TISA model (or of its encoder), from its config; None for any other model (the `tisa`
+    dict of a tisa-hf 0.1 config asks for a conversion, it does not describe the model)."""
+    config = getattr(model, "config", None)
+    return config.tisa if isinstance(config, TisaConfigMixin) else None

@@ -9,9 +9,9 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 
 from ..adapters import find_base_model
 from ..config import TisaConfig
-from ..config_types import plain_model_config
 from ..errors import UsageError
 from ..hub_access import model_source
+from ..model_configs import plain_model_config
 from ..patching import position_table_length
 from .objectives import mlm_head_of
 

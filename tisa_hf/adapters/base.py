@@ -8,17 +8,19 @@ ELECTRA's projections). Patching, the positional profiles and the analyses all a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import transformers
 
-from ..names import LAYER_INDEX_KWARG
+from ..names import BIAS_ATTRIBUTE, LAYER_INDEX_KWARG
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
     from transformers import PreTrainedConfig, PreTrainedModel
+
+    from ..kernels import TisaPositionBias
 
 __all__ = ["LAYER_INDEX_KWARG", "AttentionSite", "EncoderAdapter"]
 
@@ -27,13 +29,26 @@ __all__ = ["LAYER_INDEX_KWARG", "AttentionSite", "EncoderAdapter"]
 class AttentionSite:
     """A self-attention module and the TISA layer it serves.
 
-    `layer` is fixed for unshared modules; for modules shared across layers (ALBERT) it is None, and the
-    encoder passes `tisa_layer_index` with each call, to which the site adds `offset`.
+    `layer` is fixed for unshared modules; for modules shared across layers (ALBERT) it is None, and the encoder
+    passes `tisa_layer_index` with each call, to which the site adds `offset`. Adapters list their sites without an
+    encoder; patching stores each site on its module with `encoder` set, and TISA's attention functions read it
+    there. The kernels are looked up on the encoder at every call (`encoder.tisa`), so a wrapper that replaces the
+    kernel module (PEFT's `modules_to_save`) is used as such.
     """
 
     module: nn.Module
     layer: int | None
     offset: int = 0
+    encoder: nn.Module | None = field(default=None, repr=False, compare=False)
+
+    def kernels(self) -> TisaPositionBias | None:
+        """The encoder's kernel module, or None where it has none (S = 0)."""
+        return getattr(self.encoder, BIAS_ATTRIBUTE, None)
+
+    def layer_index(self, kwargs: dict) -> int:
+        """The TISA layer of this call (takes `tisa_layer_index` out of the call's keyword arguments)."""
+        passed = kwargs.pop(LAYER_INDEX_KWARG, None)
+        return self.layer if self.layer is not None else passed + self.offset
 
 
 class EncoderAdapter:

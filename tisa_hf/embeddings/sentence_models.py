@@ -28,8 +28,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..errors import UsageError
+from ..modeling import patch
 from ..packaged import resolve_model
-from ..patching import patch, position_table_length, tisa_config_of
+from ..patching import position_table_length, tisa_config_of
 
 try:
     from sentence_transformers import SentenceTransformer

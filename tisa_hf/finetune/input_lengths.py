@@ -13,9 +13,9 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig,
 
 from ..adapters import find_base_model
 from ..config import TisaConfig
-from ..config_types import plain_model_config
 from ..errors import UsageError
 from ..hub_access import loading_errors, model_remedy
+from ..model_configs import plain_model_config
 from ..patching import position_table_length
 from .arguments import TisaArguments
 from .preflight import RunPlan

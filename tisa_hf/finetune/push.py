@@ -19,11 +19,11 @@ from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from ..cli_options import push_parser
-from ..config_types import plain_model_config
 from ..counting import PositionalParameterCount, count_positional_parameters
 from ..environment import describe_machine
 from ..errors import UsageError
 from ..hub_access import LOADING_ERRORS, check_push_target, describe_error
+from ..model_configs import plain_model_config
 from ..packaged import MINILM_ALIAS, MINILM_HUB_ID
 from ..patching import tisa_config_of
 from ..saved_files import check_model_folder

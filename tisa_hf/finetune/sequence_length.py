@@ -11,8 +11,8 @@ from transformers import AutoModel, PreTrainedConfig
 
 from ..adapters import find_base_model
 from ..config import TisaConfig
-from ..config_types import plain_model_config
 from ..errors import UsageError
+from ..model_configs import plain_model_config
 from ..patching import position_table_length
 
 

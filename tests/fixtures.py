@@ -1,4 +1,5 @@
-"""Tiny models and a generated GLUE-format task for the fine-tuning tests (nothing is downloaded)."""
+"""What the tests build on, all tiny and generated (nothing is downloaded): random configs of every supported
+architecture, saved models with a word-level tokenizer, GLUE-format tasks and WikiText-style text."""
 
 from __future__ import annotations
 
@@ -15,9 +16,43 @@ from transformers import (
     BertForMaskedLM,
     BertModel,
     BertTokenizerFast,
+    DistilBertConfig,
+    ElectraConfig,
+    RobertaConfig,
+    XLMRobertaConfig,
 )
 
+MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=40,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 WORDS = [f"w{index}" for index in range(40)]
+
+
+def tiny_config(model_type: str, **overrides):
+    """A tiny config of a supported architecture (`TINY`'s sizes, no dropout), with `overrides` on top."""
+    if model_type == "bert":
+        return BertConfig(**{**TINY, **overrides})
+    if model_type == "roberta":
+        return RobertaConfig(**{**TINY, "pad_token_id": 1, "max_position_embeddings": 42, **overrides})
+    if model_type == "albert":
+        return AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_groups": 1, **overrides})
+    if model_type == "electra":
+        return ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
+    if model_type == "xlm-roberta":
+        return XLMRobertaConfig(**{**TINY, "pad_token_id": 1, "max_position_embeddings": 42, **overrides})
+    if model_type == "distilbert":
+        sizes = {key: TINY[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")}
+        extra = {"hidden_dim": 37, "max_position_embeddings": 40, "dropout": 0.0, "attention_dropout": 0.0}
+        return DistilBertConfig(**{**sizes, **extra, **overrides})
+    raise ValueError(model_type)
 
 
 def write_tiny_model(
@@ -35,21 +70,21 @@ def write_tiny_model(
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     # transformers 5 tokenizers take the vocabulary itself (a `vocab_file` alone is ignored: every word is [UNK]).
     tokenizer = BertTokenizerFast(vocab={token: index for index, token in enumerate(vocab)}, do_lower_case=True)
-    common = dict(
+    config = tiny_config(
+        architecture,
         vocab_size=len(vocab),
-        hidden_size=32,
         num_hidden_layers=2,
-        num_attention_heads=4,
         intermediate_size=64,
         max_position_embeddings=positions,
         hidden_dropout_prob=dropout,
         attention_probs_dropout_prob=dropout,
+        **({"classifier_dropout_prob": dropout} if architecture == "albert" else {}),
     )
     if architecture == "albert":
-        model = AlbertForMaskedLM(AlbertConfig(embedding_size=16, classifier_dropout_prob=dropout, **common))
+        model = AlbertForMaskedLM(config)
         model = model if masked_lm else model.albert
     else:
-        model = (BertForMaskedLM if masked_lm else BertModel)(BertConfig(**common))
+        model = (BertForMaskedLM if masked_lm else BertModel)(config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

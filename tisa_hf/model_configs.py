@@ -1,13 +1,13 @@
-"""The configs of TISA model types: an architecture's config plus `tisa`, saved as `model_type: tisa_hf_<type>`.
-
-Light on purpose (no model code): the config types are registered with `AutoConfig` as soon as transformers'
-Auto configs are imported, and the model classes of a type once one of its configs exists (see `modeling`).
+"""The transformers config classes of the TISA model types: an architecture's config class plus `tisa`, saved as
+`model_type: tisa_hf_<type>` (`TisaBertConfig` for `tisa_hf_bert`, ...). `TisaConfig` (in `config`) is the TISA
+settings themselves; a TISA model's config holds them, and is their one home: the encoder reads them from it.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
 
@@ -15,17 +15,42 @@ from .adapters import EncoderAdapter, adapter_for
 from .config import TisaConfig
 from .names import plain_implementation, tisa_implementation, tisa_model_type
 
+# config.json names TISA's attention function, which transformers knows only once tisa_hf is imported: a plain class
+# (`BertForSequenceClassification.from_pretrained`) then refuses the checkpoint before reading its weights, instead
+# of running it without its kernels. The TISA config classes read past it (`from_dict`): the model type already says
+# the model is TISA's, and which backend runs it stays the caller's choice, as for any model.
+ATTENTION_KEY = "attn_implementation"
+ATTENTION_MARK = tisa_implementation("sdpa")
+
 
 class TisaConfigMixin:
-    """The config of a TISA model: its architecture's config plus `tisa`, stored in config.json."""
+    """The config of a TISA model: its architecture's config plus `tisa`, stored in config.json as a dict."""
+
+    # Makes the model classes of a TISA type known to the AutoModel* classes, which look them up by the config's
+    # class right after building a config. Set by `integration.install` (the model classes build on these config
+    # classes, so this module cannot import them); registering then, not at import, imports an architecture's model
+    # code only once a config of its TISA type exists.
+    register_model_classes: ClassVar[Callable[[EncoderAdapter], None]]
 
     @property
-    def tisa(self) -> dict[str, Any] | None:
+    def tisa(self) -> TisaConfig | None:
         return self.__dict__.get("tisa")
 
     @tisa.setter
     def tisa(self, value: TisaConfig | dict | bool | None) -> None:
-        self.__dict__["tisa"] = None if value is None else TisaConfig.from_value(value).to_dict()
+        self.__dict__["tisa"] = None if value is None else TisaConfig.from_value(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """transformers' dict of the config, with `tisa` as the dict config.json stores and TISA's attention named."""
+        output = super().to_dict()
+        if output.get("tisa") is not None:
+            output["tisa"] = output["tisa"].to_dict()
+        return {**output, ATTENTION_KEY: ATTENTION_MARK}
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> PreTrainedConfig:
+        """transformers' `from_dict`, past the attention name that config.json holds for the plain classes."""
+        return super().from_dict({key: value for key, value in config_dict.items() if key != ATTENTION_KEY}, **kwargs)
 
     @property
     def _attn_implementation(self) -> str | None:
@@ -54,11 +79,7 @@ class TisaConfigMixin:
 
     def __post_init__(self, **kwargs) -> None:
         super().__post_init__(**kwargs)
-        # The model classes of this type go into the AutoModel* mappings once such a config exists: here, at run
-        # time, where importing model code is safe (tisa_hf's import hooks run while transformers imports).
-        from .modeling import register_model_classes
-
-        register_model_classes(adapter_for(self.model_type))
+        TisaConfigMixin.register_model_classes(adapter_for(self.model_type))
 
     @classmethod
     def get_config_dict(cls, *args, **kwargs) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -85,11 +106,12 @@ def _build_tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTr
 
 def _architecture_settings(config: PreTrainedConfig) -> dict[str, Any]:
     """A config's settings without its model type and TISA settings: what both kinds of config share."""
-    return {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa")}
+    return {key: value for key, value in config.to_dict().items() if key not in ("model_type", "tisa", ATTENTION_KEY)}
 
 
-def to_tisa_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool) -> PreTrainedConfig:
-    """A new TISA config with `config`'s settings and `tisa`; `config` itself is left untouched."""
+def tisa_model_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool | None = True) -> PreTrainedConfig:
+    """A new TISA config with `config`'s settings and `tisa` (`AutoModel*.from_config` builds a TISA model from it);
+    `config` itself is left untouched."""
     adapter = adapter_for(config.model_type)
     new = tisa_config_class(adapter.config_class).from_dict(_architecture_settings(config))
     new.tisa = tisa
@@ -100,11 +122,6 @@ def to_tisa_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool) -> 
 def plain_model_config(config: PreTrainedConfig) -> PreTrainedConfig:
     """The architecture's own config with `config`'s settings and no TISA (for the unpatched counterpart)."""
     return adapter_for(config.model_type).config_class.from_dict(_architecture_settings(config))
-
-
-def tisa_model_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool = True) -> PreTrainedConfig:
-    """The TISA config of a supported architecture's config: `AutoModel*.from_config` builds a TISA model from it."""
-    return to_tisa_config(config, tisa)
 
 
 def register_config_type(adapter: EncoderAdapter) -> None:
