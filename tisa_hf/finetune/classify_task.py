@@ -36,6 +36,7 @@ from .documents import DocumentData, load_documents
 from .predictions import RunPredictions, SplitPredictions
 from .preflight import RunPlan, plan_run
 from .recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
+from .report import RECORD_KEY
 from .run_folder import PREDICTIONS_FILE
 from .sequence_length import check_sequence_length
 from .trainer import TrainerState, train_dataloader
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 VALIDATION, TEST = "validation", "test"
 # metrics.json's `task`: the SemEval-2019 Hyperpartisan set read from --data-dir, or the user's document files.
 HYPERPARTISAN, DOCUMENTS = "hyperpartisan", "documents"
-RECORD_KEY = "documents"  # metrics.json's record of the data: a document-classification run carries it
 
 
 class DocumentEvaluator:
