@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
@@ -22,6 +23,7 @@ from tisa_hf.finetune.document_arguments import CLASSIFY_ARGUMENTS
 from tisa_hf.finetune.document_labels import LabelVocabulary
 from tisa_hf.finetune.document_metrics import document_metrics
 from tisa_hf.finetune.predictions import read_predictions
+from tisa_hf.finetune.push import build_model_card
 from tisa_hf.finetune.truncation import Truncation, encode_documents
 
 TABLE = 16  # the tiny model's position table; the runs read 4x as many tokens
@@ -139,6 +141,16 @@ def test_replace_mode_beyond_the_table_trains_resumes_and_reloads(workspace, tmp
         assert document_metrics(logits, predictions.splits[split].labels, labels) == saved["metrics"][split]
     config = AutoModelForSequenceClassification.from_pretrained(full).config
     assert config.id2label == {0: "false", 1: "true"} and config.max_position_embeddings == TABLE
+
+    # `tisa-hf push` reads the record: the card carries every split's metrics.
+    card = ModelCard(build_model_card(full, repo_id="someone/tiny-documents").content)
+    results = {(result.dataset_split, result.metric_type): result.metric_value for result in card.data.eval_results}
+    assert results == {
+        (split, name): value for split, scores in saved["metrics"].items() for name, value in scores.items()
+    }
+    assert (
+        "| test | f1 |" in card.text and "Task: documents, classes false, true (F1 of true); data: train:" in card.text
+    )
 
 
 def test_position_interpolation_saves_a_model_that_reads_the_length(workspace, tmp_path):

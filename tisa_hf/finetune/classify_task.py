@@ -36,8 +36,7 @@ from .documents import DocumentData, load_documents
 from .predictions import RunPredictions, SplitPredictions
 from .preflight import RunPlan, plan_run
 from .recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
-from .report import RECORD_KEY
-from .run_folder import PREDICTIONS_FILE
+from .run_folder import DOCUMENTS_KEY, PREDICTIONS_FILE
 from .sequence_length import check_sequence_length
 from .trainer import TrainerState, train_dataloader
 from .truncation import TruncationSummary, tokenize_documents
@@ -168,7 +167,7 @@ class DocumentClassification(Task):
         if test is not None:  # a copy: `record["metrics"]` is the history's last evaluation when that is the model's
             record["metrics"] = {**record["metrics"], TEST: test}
         labels = self.data.labels
-        record[RECORD_KEY] = {
+        record[DOCUMENTS_KEY] = {
             "data": self.data.description,
             "labels": list(labels.names),
             "positive": labels.positive,

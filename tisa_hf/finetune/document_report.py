@@ -21,14 +21,15 @@ from ..errors import UsageError
 from .document_labels import LabelVocabulary
 from .paired import paired_bootstrap
 from .predictions import SplitPredictions, read_predictions
-from .report import RECORD_KEY, _paired_cell, _variant_order, compared_model
+from .report import _paired_cell, _variant_order, compared_model
+from .run_folder import DOCUMENTS_KEY
 
 TEST = "test"
 COLUMNS = (("Accuracy", "accuracy"), ("F1", "f1"))  # (column, metric): F1 of the positive class
 
 
 def _vocabulary(result: dict[str, Any]) -> LabelVocabulary:
-    record = result[RECORD_KEY]
+    record = result[DOCUMENTS_KEY]
     return LabelVocabulary(tuple(record["labels"]), record["positive"])
 
 

@@ -30,7 +30,7 @@ from .glue_data import TASKS
 from .metrics import glue_metric
 from .paired import paired_bootstrap
 from .predictions import SplitPredictions, read_predictions
-from .run_folder import METRICS_FILE, PREDICTIONS_FILE, RunFolder
+from .run_folder import DOCUMENTS_KEY, METRICS_FILE, PREDICTIONS_FILE, RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +77,6 @@ RUN_PLUMBING = frozenset(
         "fold",  # a cross-validation fold is a replicate, like a seed
     }
 )
-# metrics.json's record of the data of a document-classification run (`tisa-hf classify`); it marks such runs.
-RECORD_KEY = "documents"
 # Settings that a document run's row label shows (`input_label`), so that they are not listed again.
 INPUT_SETTINGS = frozenset({"max_seq_length", "truncation", "position_interpolation"})
 
@@ -95,7 +93,7 @@ def variant_label(tisa: dict[str, Any] | None, adapted: dict[str, Any] | None = 
 
 
 def is_document_run(result: dict[str, Any]) -> bool:
-    return RECORD_KEY in result
+    return DOCUMENTS_KEY in result
 
 
 def input_label(config: dict[str, Any]) -> str:
