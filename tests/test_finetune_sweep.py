@@ -3,11 +3,12 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fixtures import write_rte_tsv, write_tiny_model
 from tisa_hf.cli import entry
-from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
-from tisa_hf.finetune.sweep import plan
+from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.sweep import COMMANDS, plan
 
 main = entry("sweep")  # `tisa-hf sweep`
 
@@ -189,12 +190,66 @@ def test_a_failed_run_is_reported_and_the_sweep_goes_on_to_the_next(tmp_path, mo
     assert captured.err == "tisa-hf sweep: 2 run(s) failed: [1/2] rte baseline seed 1; [2/2] rte s3-replace seed 1\n"
 
 
+def write_fold_sweep(tmp_path, **extra):
+    (tmp_path / "longdoc").mkdir(exist_ok=True)
+    (tmp_path / "longdoc" / "hp.yaml").write_text("max_steps: 4\n")
+    variants = {"head-512": {}, "s5-2048": {"max_seq_length": 2048, "tisa": {"num_kernels": 5, "mode": "replace"}}}
+    return write_sweep(
+        tmp_path, command="classify", config_dir="longdoc", tasks=["hp"], folds=[0, 1, 2], variants=variants,
+        settings={"data_dir": str(tmp_path)}, **extra,
+    )  # fmt: skip
+
+
+def test_folds_run_fold_by_fold_within_each_seed_into_folders_of_their_own(tmp_path):
+    sweep = write_fold_sweep(tmp_path)
+    runs = plan(sweep)
+    cells = [(fold, variant) for fold in (0, 1, 2) for variant in ("head-512", "s5-2048")]
+    assert [(run.seed, run.fold, run.variant) for run in runs] == [(seed, *cell) for seed in (1, 2) for cell in cells]
+    last = runs[-1]
+    assert last.label == "hp s5-2048 fold 2 seed 2"
+    assert last.output_dir == tmp_path / "runs/hp/s5-2048/fold-2/seed-2"
+    assert last.command[1:3] == ["-m", "tisa_hf.classify"]
+    assert last.command[-6:] == ["--fold", "2", "--seed", "2", "--output_dir", str(last.output_dir)]
+    part = plan(sweep, seeds=[2], folds=[2, 0])
+    assert [(run.seed, run.fold) for run in part] == [(2, 0), (2, 0), (2, 2), (2, 2)]
+
+
+def test_folds_outside_the_grid_or_of_a_glue_sweep_are_refused(tmp_path):
+    sweep = write_fold_sweep(tmp_path)
+    with pytest.raises(ValueError) as error:
+        plan(sweep, folds=[3])
+    assert str(error.value) == f"Sweep file {sweep}: --folds 3 not among its folds (0, 1, 2)."
+    glue = write_sweep(tmp_path, folds=[0])
+    with pytest.raises(ValueError) as error:
+        plan(glue)
+    assert str(error.value) == (
+        f"Sweep file {glue}: folds are folds of document classification; set command: classify."
+    )
+
+
+def test_a_model_folder_the_sweep_requires_must_exist_before_anything_is_planned(tmp_path):
+    adapted = tmp_path / "adapt" / "s5-all"
+    sweep = write_fold_sweep(tmp_path, requires={str(adapted): "bash scripts/adapt_minilm.sh"})
+    with pytest.raises(ValueError) as error:
+        plan(sweep)
+    assert str(error.value) == (
+        f"Sweep file {sweep}: the model folder {adapted} does not exist yet; make it first with "
+        "`bash scripts/adapt_minilm.sh` (or set the path in the sweep file)."
+    )
+    adapted.mkdir(parents=True)
+    assert len(plan(sweep)) == 12
+
+
 @pytest.mark.parametrize("sweep_file", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda path: path.stem)
-def test_every_shipped_sweep_gives_each_run_arguments_tisa_hf_glue_accepts(sweep_file, tmp_path, monkeypatch):
+def test_every_shipped_sweep_gives_each_run_arguments_its_command_accepts(sweep_file, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative output_dirs resolve to empty folders: every run is planned as new
+    sweep = yaml.safe_load(sweep_file.read_text())
+    for folder in sweep.get("requires") or {}:  # what its scripts make (adapted models), here as empty folders
+        (tmp_path / folder).mkdir(parents=True)
+    module, argument_types = COMMANDS[sweep.get("command", "glue")]
     runs = plan(sweep_file)
     assert runs and all(run.status == "new" for run in runs)
     for run in runs:
-        flags = run.command[run.command.index("tisa_hf.glue") + 1 :]
-        _model, _tisa, training, _data = parse_arguments(GLUE_ARGUMENTS, flags, prog="tisa-hf sweep")
+        flags = run.command[run.command.index(module) + 1 :]
+        training = parse_arguments(argument_types, flags, prog="tisa-hf sweep")[2]
         assert training.seed == run.seed and training.output_dir == str(run.output_dir)

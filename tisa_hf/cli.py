@@ -59,6 +59,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.finetune.arguments:SQUAD_ARGUMENTS",
         "Fine-tune and evaluate on SQuAD v1.1 / v2.0.",
     ),
+    "classify": Command(
+        "tisa_hf.finetune.classify_task",
+        "tisa_hf.finetune.document_arguments:CLASSIFY_ARGUMENTS",
+        "Fine-tune and evaluate on long-document classification (Hyperpartisan, CSV/JSON).",
+    ),
     "sweep": Command(
         "tisa_hf.finetune.sweep", "tisa_hf.cli_options:sweep_parser", "Run a grid of fine-tuning runs, resumably."
     ),

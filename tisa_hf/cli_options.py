@@ -76,6 +76,7 @@ def sweep_parser() -> argparse.ArgumentParser:
         "--tasks", nargs="+", help="Only these of the file's tasks (to split one grid across processes or GPUs)."
     )
     parser.add_argument("--seeds", nargs="+", type=int, help="Only these of the file's seeds.")
+    parser.add_argument("--folds", nargs="+", type=int, help="Only these of the file's cross-validation folds.")
     return parser
 
 

@@ -1,11 +1,13 @@
-"""Data settings of long-document classification, parsed by `transformers.HfArgumentParser` like the other
-fine-tuning settings (`tisa_hf.finetune.arguments`). Settings that cannot work are refused on construction."""
+"""Data and input-length settings of long-document classification (`tisa-hf classify`), parsed by
+`transformers.HfArgumentParser` like the other fine-tuning settings (`tisa_hf.finetune.arguments`). Settings that
+cannot work are refused on construction. Light to import: `tisa-hf classify --help` reads them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from .arguments import ModelArguments, TisaArguments, TrainingArguments
 from .document_files import Columns
 from .truncation import Truncation
 
@@ -60,6 +62,13 @@ class DocumentDataArguments:
         metadata={"help": "'head' (the first tokens) or 'head+tail' (--head-tokens first, the rest from the end)."},
     )
     head_tokens: int = field(default=128, metadata={"help": "With --truncation head+tail: tokens from the start."})
+    position_interpolation: bool = field(
+        default=False,
+        metadata={
+            "help": "Stretch a plain model's position table to --max-seq-length by linear position interpolation "
+            "(the table then trains with the model, and the saved model reads that length); no TISA."
+        },
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training documents."})
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Use only the first N dev and test documents."}
@@ -96,3 +105,7 @@ class DocumentDataArguments:
 
     def columns(self) -> Columns:
         return Columns(self.text_column, self.label_column, self.title_column)
+
+
+# The argument dataclasses of `tisa-hf classify`, parsed in this order.
+CLASSIFY_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, DocumentDataArguments)

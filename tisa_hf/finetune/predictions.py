@@ -1,6 +1,7 @@
-"""A GLUE run's dev-set predictions, `predictions.json` beside its metrics.json: per dev split the model's logits
-and the gold labels, so that a report can recompute the task's metric on resampled dev examples. Plain JSON,
-read without pickle."""
+"""A run's predictions, `predictions.json` beside its metrics.json: per evaluated split (GLUE: the dev splits;
+documents: validation and test) the model's logits, the gold labels and, where examples have ids (documents),
+their ids, so that a report can recompute the task's metric on resampled examples and check that paired runs
+scored the same ones. Plain JSON, read without pickle."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from .run_folder import RunFolder
 
 @dataclass(frozen=True)
 class SplitPredictions:
-    """One dev split: `logits` (examples, labels), the STS-B score in a single column, and the gold `labels`."""
+    """One split: `logits` (examples, labels), the STS-B score in a single column, the gold `labels`, and the
+    examples' `ids` where they have them."""
 
     logits: np.ndarray
     labels: np.ndarray
+    ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,11 @@ class RunPredictions:
 
     def to_json(self) -> dict[str, Any]:
         splits = {
-            name: {"logits": split.logits.tolist(), "labels": split.labels.tolist()}
+            name: {
+                "logits": split.logits.tolist(),
+                "labels": split.labels.tolist(),
+                **({"ids": list(split.ids)} if split.ids is not None else {}),
+            }
             for name, split in self.splits.items()
         }
         return {"task": self.task, "step": self.step, "splits": splits}
@@ -41,7 +48,11 @@ class RunPredictions:
     @classmethod
     def from_json(cls, document: dict[str, Any]) -> RunPredictions:
         splits = {
-            name: SplitPredictions(np.asarray(split["logits"], dtype=np.float32), np.asarray(split["labels"]))
+            name: SplitPredictions(
+                np.asarray(split["logits"], dtype=np.float32),
+                np.asarray(split["labels"]),
+                tuple(split["ids"]) if "ids" in split else None,
+            )
             for name, split in document["splits"].items()
         }
         return cls(task=document["task"], step=document["step"], splits=splits)

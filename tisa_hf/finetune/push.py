@@ -27,7 +27,7 @@ from ..model_configs import plain_model_config
 from ..packaged import MINILM_ALIAS, MINILM_HUB_ID
 from ..patching import tisa_config_of
 from ..saved_files import check_model_folder
-from .run_folder import METRICS_FILE, RunFolder
+from .run_folder import DOCUMENTS_KEY, METRICS_FILE, RunFolder
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
 METRICS_KEYS = ("config", "seed", "metrics", "versions", "wall_time_s")
@@ -175,6 +175,23 @@ def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResu
     return dataset, results
 
 
+def document_eval_results(task: str, metrics: dict[str, dict[str, float]]) -> list[EvalResult]:
+    """The `model-index` entries of a document-classification run: every metric of every split it scored
+    (validation, test); the data is the user's (or Hyperpartisan's own files), so no Hub dataset is named."""
+    return [
+        EvalResult(
+            task_type="text-classification",
+            dataset_type=task,
+            dataset_name=task,
+            dataset_split=split,
+            metric_type=metric,
+            metric_value=float(value),
+        )
+        for split, scores in metrics.items()
+        for metric, value in scores.items()
+    ]
+
+
 TRAINED = {"kernels": "the TISA kernels only", "all": "the TISA kernels and all weights", "head": "an MLM head only"}
 
 
@@ -241,7 +258,11 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     adaptation = record.get("adaptation")
     model = load_run_model(run_dir)
     name = repo_id or str(run_dir)
-    dataset, results = (None, []) if adaptation else eval_results(task, metrics)
+    documents = record.get(DOCUMENTS_KEY)
+    if adaptation or documents:
+        dataset, results = None, document_eval_results(task, metrics) if documents else []
+    else:
+        dataset, results = eval_results(task, metrics)
     tisa = tisa_config_of(model)
 
     card_data = ModelCardData(
@@ -291,6 +312,13 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
         )
     if adaptation:
         sections.append(adaptation_section(record))
+    elif documents:
+        metric_rows = [[result.dataset_split, result.metric_type, f"{result.metric_value:.4f}"] for result in results]
+        sections.append(
+            f"## Evaluation\n\nTask: {task}, classes {', '.join(documents['labels'])} (F1 of {documents['positive']}); "
+            f"data: {documents['data']} (seed {record['seed']}, wall time of training and evaluation "
+            f"{_wall_time(record)}).\n\n" + _table(["split", "metric", "value"], metric_rows)
+        )
     else:
         metric_rows = [[result.metric_type, f"{result.metric_value:.4f}"] for result in results]
         sections.append(

@@ -1,8 +1,10 @@
 """`tisa-hf report RUNS_DIR --out table.md`: the TISA paper's table 3 layout from a folder of runs.
 
-One column per task (MNLI gives MNLI-m and MNLI-mm), one row per model variant (baseline, then each TISA
-setting), each cell the median over seeds of the task's score on a 0-100 scale with the number of seeds; then
-Δ, the best TISA score (S > 0) minus the baseline, and Δ%, the relative error reduction Δ / (100 - baseline) · 100.
+Runs of document classification (`tisa-hf classify`) get tables of their own (`document_report`): test accuracy and
+positive-class F1 per fold and cross-validated. For GLUE runs: one column per task (MNLI gives MNLI-m and MNLI-mm),
+one row per model variant (baseline, then each TISA setting), each cell the median over seeds of the task's score
+on a 0-100 scale with the number of seeds; then Δ, the best TISA score (S > 0) minus the baseline, and Δ%, the
+relative error reduction Δ / (100 - baseline) · 100.
 
 `--paired VARIANT` adds, for every other variant, the paired difference to VARIANT per seed and its bootstrap
 interval over dev examples and seeds, from the runs' predictions files; `--json FILE` writes every run's record
@@ -29,7 +31,7 @@ from .glue_data import TASKS
 from .metrics import glue_metric
 from .paired import paired_bootstrap
 from .predictions import SplitPredictions, read_predictions
-from .run_folder import METRICS_FILE, PREDICTIONS_FILE, RunFolder
+from .run_folder import DOCUMENTS_KEY, METRICS_FILE, PREDICTIONS_FILE, RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +74,12 @@ RUN_PLUMBING = frozenset(
         "train_file",
         "validation_file",
         "dataset_name",
+        "test_file",
+        "fold",  # a cross-validation fold is a replicate, like a seed
     }
 )
+# Settings that a document run's row label shows (`input_label`), so that they are not listed again.
+INPUT_SETTINGS = frozenset({"max_seq_length", "truncation", "position_interpolation"})
 
 
 def variant_label(tisa: dict[str, Any] | None, adapted: dict[str, Any] | None = None) -> str:
@@ -85,6 +91,25 @@ def variant_label(tisa: dict[str, Any] | None, adapted: dict[str, Any] | None = 
     else:
         label = f"TISA S={tisa['num_kernels']} ({tisa['mode']})"
     return f"{label}, adapted ({adapted['objective']}, trained: {adapted['train']})" if adapted else label
+
+
+def is_document_run(result: dict[str, Any]) -> bool:
+    return DOCUMENTS_KEY in result
+
+
+def input_label(config: dict[str, Any]) -> str:
+    """What a document run read of each document: `head 512`, `head+tail 512`, or `interpolated 2048` (a plain
+    model whose position table was stretched to the length)."""
+    length = config.get("max_seq_length")
+    if config.get("position_interpolation"):
+        return f"interpolated {length}"
+    return f"{config.get('truncation', 'head')} {length}"
+
+
+def row_label(result: dict[str, Any]) -> str:
+    """`variant_label`, and for a document run what it read (`input_label`)."""
+    label = variant_label(result["tisa"], result.get("adapted"))
+    return f"{label}, {input_label(result.get('config') or {})}" if is_document_run(result) else label
 
 
 def compared_model(result: dict[str, Any]) -> str:
@@ -101,20 +126,21 @@ def _variant_order(label: str) -> tuple:
 def _defining_settings(result: dict[str, Any]) -> dict[str, str]:
     """The settings of a run that can tell it apart from another variant (TISA options only when TISA is on)."""
     config = result.get("config") or {}
+    shown = INPUT_SETTINGS if is_document_run(result) else frozenset()
     return {
         name: json.dumps(value, sort_keys=True)
         for name, value in config.items()
-        if name not in RUN_PLUMBING and (result["tisa"] or not name.startswith("tisa_"))
+        if name not in RUN_PLUMBING and name not in shown and (result["tisa"] or not name.startswith("tisa_"))
     }
 
 
 def label_variants(results: list[dict[str, Any]]) -> None:
-    """Sets every run's `variant`: the label of its TISA setting (`variant_label`), followed by the settings in
+    """Sets every run's `variant`: the label of its TISA setting (`row_label`), followed by the settings in
     which runs of that label on one task differ, e.g. `baseline (learning_rate=0.0001)`, so that runs of different
     settings are never pooled as seeds of one variant."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for result in results:
-        groups[(compared_model(result), variant_label(result["tisa"], result.get("adapted")))].append(result)
+        groups[(compared_model(result), row_label(result))].append(result)
     for (_, label), group in groups.items():
         settings = [_defining_settings(result) for result in group]
         # Only settings every run records: one that older runs lack did not exist yet, so they ran its default.
@@ -402,18 +428,32 @@ def parse_metric_overrides(values: list[str]) -> tuple[tuple[str, str, str, str]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import document_report  # it builds on this module
+
     options = report_parser().parse_args(argv)
     columns = parse_metric_overrides(options.metric)
     left_out: list[str] = []
     results = collect(options.runs_dir, options.mode, options.seeds, left_out)
-    text = render(score_table(results, columns), columns, spread=options.spread) + machines_note(results)
+    glue = [result for result in results if not is_document_run(result)]
+    documents = [result for result in results if is_document_run(result)]
+    blocks = [render(score_table(glue, columns), columns, spread=options.spread)] if glue else []
+    blocks += [document_report.render(document_report.fold_table(documents))] if documents else []
+    text = "\n".join(blocks) + machines_note(results)
     if left_out:
         text += f"\nLeft out of every table ({len(left_out)} run(s)):\n" + "\n".join(f"- {line}" for line in left_out)
         text += "\n"
     document: dict[str, Any] = {"runs": results, "left_out": left_out}
     if options.paired:
-        entries = paired_differences(results, options.paired, columns, options.bootstrap, options.bootstrap_seed)
-        text += "\n" + render_paired(entries, columns, options.bootstrap)
+        entries = []
+        if glue:
+            entries = paired_differences(glue, options.paired, columns, options.bootstrap, options.bootstrap_seed)
+            text += "\n" + render_paired(entries, columns, options.bootstrap)
+        if documents:
+            found = document_report.paired_differences(
+                documents, options.paired, options.bootstrap, options.bootstrap_seed
+            )
+            text += "\n" + document_report.render_paired(found, options.bootstrap)
+            entries += found
         document["paired"] = {
             "baseline": options.paired,
             "replicates": options.bootstrap,

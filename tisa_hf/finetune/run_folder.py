@@ -48,6 +48,9 @@ LOCK_FILE = "writer.lock"
 LOCK_HOLDER_FILE = "writer.pid"
 # What every reader of a record needs (a report's table); readers needing more name their own keys.
 RECORD_KEYS = ("task", "model", "tisa", "metrics")
+# The record of a document-classification run's data (`tisa-hf classify`): its source, classes and truncation. It
+# marks such runs, whose metrics are per split (validation, test).
+DOCUMENTS_KEY = "documents"
 
 # Settings a resumed run may change: where and how often it reports, checkpoints and uploads, and how it was
 # started. Every other setting changes what the run computes, so a resumed run must keep it.

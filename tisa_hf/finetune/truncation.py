@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:  # only in signatures: `--help` of the commands reading these settings imports no datasets
+    import datasets
 
 TRUNCATIONS = ("head", "head+tail")
 
