@@ -21,8 +21,8 @@ from tisa_hf.finetune import precision
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, TrainingArguments, parse_arguments
 from tisa_hf.finetune.finite import TrainingDiverged, check_finite_step, finite_json
 from tisa_hf.finetune.glue_data import get_task, load_glue
-from tisa_hf.finetune.input_lengths import position_limit
 from tisa_hf.finetune.precision import check_mixed_precision
+from tisa_hf.finetune.sequence_length import position_limit
 
 glue = cli.entry("glue")  # `tisa-hf glue`
 
@@ -229,13 +229,13 @@ def test_a_length_beyond_the_position_table_is_refused_unless_replace_mode(
     model = workspace / "bert"
     assert glue(glue_argv(workspace, tmp_path / "run", "--max-seq-length", "65")) == 2
     assert error_line(capsys) == (
-        f"tisa-hf glue: --max-seq-length 65 is longer than the position table of {model} (64 positions), which the "
-        "model without TISA uses: longer inputs would fail in the middle of training. Use --max-seq-length 64, or "
-        "TISA's replace mode (--tisa.num_kernels N --tisa.mode replace), which reads any length."
+        f"tisa-hf glue: --max-seq-length 65 exceeds the position table of {model}, 64 positions (no TISA); use "
+        "TISA in replace mode (--tisa.num_kernels 5 --tisa.mode replace) (no position table: any length), or "
+        "--max-seq-length 64 or less."
     )
     add = ("--tisa.num_kernels", "2", "--tisa.init", "random")
     assert glue(glue_argv(workspace, tmp_path / "run", "--max-seq-length", "65", *add)) == 2
-    assert "which TISA mode 'add' keeps: longer inputs" in error_line(capsys)
+    assert "64 positions (TISA mode='add' keeps it); use" in error_line(capsys)
     with pytest.raises(ModelLoaded):
         glue(glue_argv(workspace, tmp_path / "run", "--max-seq-length", "65", *add, "--tisa.mode", "replace"))
 

@@ -8,17 +8,13 @@ reads any length)."""
 
 from __future__ import annotations
 
-import torch
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedConfig, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from ..adapters import find_base_model
-from ..config import TisaConfig
 from ..errors import UsageError
 from ..hub_access import loading_errors, model_remedy
-from ..model_configs import plain_model_config
-from ..patching import position_table_length
 from .arguments import TisaArguments
 from .preflight import RunPlan
+from .sequence_length import check_sequence_length
 
 
 def special_token_count(tokenizer: PreTrainedTokenizerBase, segments: int) -> int:
@@ -38,35 +34,11 @@ def check_room_for_text(tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
         )
 
 
-def position_limit(config: PreTrainedConfig, tisa: TisaConfig | None) -> int | None:
-    """Tokens an input may have: the rows of the position table real tokens use (RoBERTa's start after
-    padding_idx), or None when the model reads any length (TISA `replace` mode) or its architecture is unknown."""
-    if tisa is not None and tisa.mode == "replace":
-        return None
-    try:
-        with torch.device("meta"):  # the architecture without its weights
-            base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
-    except ValueError:  # an architecture TISA does not support: nothing here knows its table
-        return None
-    return position_table_length(base, adapter)
-
-
 def check_position_table(max_seq_length: int, plan: RunPlan, tisa_args: TisaArguments) -> None:
     """Refuses a length longer than the position table the model keeps, from its config alone."""
     with loading_errors(f"the config of {plan.model.path}", model_remedy()):
         config = AutoConfig.from_pretrained(plan.model.path, local_files_only=plan.model.local_files_only)
-    saved = getattr(config, "tisa", None)
-    tisa = tisa_args.tisa_config() or (TisaConfig.from_value(saved) if saved else None)
-    limit = position_limit(config, tisa)
-    if limit is None or max_seq_length <= limit:
-        return
-    kept_by = "TISA mode 'add' keeps" if tisa is not None else "the model without TISA uses"
-    replace = "--tisa.mode replace" if tisa is not None else "--tisa.num_kernels N --tisa.mode replace"
-    raise UsageError(
-        f"--max-seq-length {max_seq_length} is longer than the position table of {plan.model.path} ({limit} "
-        f"positions), which {kept_by}: longer inputs would fail in the middle of training. Use --max-seq-length "
-        f"{limit}, or TISA's replace mode ({replace}), which reads any length."
-    )
+    check_sequence_length(config, max_seq_length, tisa_args.tisa_config(), name=str(plan.model.path))
 
 
 def check_input_lengths(

@@ -16,11 +16,17 @@ from ..model_configs import plain_model_config
 from ..patching import position_table_length
 
 
-def table_length(config: PreTrainedConfig) -> int:
-    """Positions the model's table holds for real tokens (RoBERTa's padding rows excluded), read from the
-    architecture built on the meta device, where the adapter knows the table."""
-    with torch.device("meta"):
-        base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
+def position_limit(config: PreTrainedConfig, tisa: TisaConfig | None) -> int | None:
+    """Tokens an input may have: the rows of the position table real tokens use (RoBERTa's start after
+    padding_idx), read from the architecture built on the meta device, where the adapter knows the table; None when
+    the model reads any length (TISA `replace` mode) or its architecture is one TISA does not support."""
+    if tisa is not None and tisa.mode == "replace":
+        return None
+    try:
+        with torch.device("meta"):  # the architecture without its weights
+            base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
+    except ValueError:  # an architecture TISA does not support: nothing here knows its table
+        return None
     return position_table_length(base, adapter)
 
 
@@ -33,12 +39,15 @@ def check_sequence_length(
     any)."""
     own = getattr(config, "tisa", None)
     effective = tisa if tisa is not None else (TisaConfig.from_value(own) if own else None)
-    if effective is not None and effective.mode == "replace":
-        return
-    table = table_length(config)
-    if length > table:
+    table = position_limit(config, effective)
+    if table is not None and length > table:
         why = "TISA mode='add' keeps it" if effective is not None else "no TISA"
+        replace = (
+            "--tisa.mode replace"
+            if effective is not None
+            else "TISA in replace mode (--tisa.num_kernels 5 --tisa.mode replace)"
+        )
         raise UsageError(
             f"--max-seq-length {length} exceeds the position table of {name}, {table} positions ({why}); use "
-            f"--tisa.mode replace (no position table: any length), or --max-seq-length {table} or less."
+            f"{replace} (no position table: any length), or --max-seq-length {table} or less."
         )
