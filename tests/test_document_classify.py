@@ -11,10 +11,10 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from tests.finetune_fixtures import WORDS, write_tiny_model
 from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
+from tests.fixtures import WORDS, write_tiny_model
 from tisa_hf.classify import main
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
