@@ -9,6 +9,10 @@
 #      128 to 4,096 tokens;
 #   5. fine-tuning of the adapted models on STS-B and MRPC with the settings of the converged GLUE runs, 3 seeds
 #      (configs/sweeps/minilm-adapted-glue.yaml, into the folder of configs/sweeps/minilm-glue-converged.yaml).
+#   6. embedding adaptation (--objective embed: the original model's mean-pooled embedding, its chunk-average beyond
+#      512 tokens) of replace S=5 and of its S=0 control, all weights, 128 -> 256 -> 512 -> 1024 tokens; each output
+#      is a sentence-transformers model reading 4,096 tokens. About 1.7 h each on 2 free cores (4 h or more on a
+#      busy machine); 2,048-token blocks would take over twice as long again, and 8 of them needed more than 22 GB.
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
 #
 #   bash scripts/adapt_minilm.sh                  # everything, into runs/adapt-minilm
@@ -61,3 +65,8 @@ if [[ ! -f $RUNS/lm-eval/lm_eval.json ]]; then
 fi
 
 tisa-hf sweep --config configs/sweeps/minilm-adapted-glue.yaml
+
+embed=(--objective embed --tisa.mode replace --train all --lengths 128 256 512 1024 --max-steps "$STEPS"
+    --train-batch-size 8 --gradient-accumulation-steps 2 --embedding-max-length 4096)
+adapt "$RUNS/s5-embed" "${embed[@]}" --tisa.num_kernels 5
+adapt "$RUNS/s0-embed" "${embed[@]}" --tisa.num_kernels 0

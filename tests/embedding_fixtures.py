@@ -7,6 +7,7 @@ import string
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -36,3 +37,11 @@ def write_tiny_encoder(folder: Path, positions: int = 32, seed: int = 0) -> Path
     BertModel(config).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return folder
+
+
+def direct_embedding(model, input_ids: list[int]) -> torch.Tensor:
+    """Mean of the final hidden states over every token, normalised: what a mean-pooling, normalising
+    sentence-transformers pipeline computes."""
+    with torch.no_grad():
+        states = model(input_ids=torch.tensor([input_ids])).last_hidden_state[0]
+    return F.normalize(states.mean(0), dim=-1)

@@ -182,7 +182,13 @@ def test_curriculum_visits_the_lengths_in_order_with_equal_steps(workspace, tmp_
 
 
 @pytest.mark.parametrize(
-    "objective", [("--objective", "distill"), ("--objective", "mlm", "--train", "all")], ids=["distill", "mlm"]
+    "objective",
+    [
+        ("--objective", "distill"),
+        ("--objective", "mlm", "--train", "all"),
+        ("--objective", "embed", "--train", "all", "--lengths", "16", "96"),  # past the 64-position table
+    ],
+    ids=["distill", "mlm", "embed"],
 )
 def test_resume_after_a_kill_gives_the_same_model(workspace, tmp_path, monkeypatch, caplog, objective):
     common = (*objective, "--max-steps", "8", "--checkpoint-steps", "3", "--eval-steps", "4")

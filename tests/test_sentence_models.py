@@ -9,7 +9,7 @@ import string
 import pytest
 import torch
 import torch.nn.functional as F
-from embedding_fixtures import tiny_tokenizer, write_tiny_encoder
+from embedding_fixtures import direct_embedding, tiny_tokenizer, write_tiny_encoder
 from transformers import AutoModel
 
 import tisa_hf
@@ -28,13 +28,6 @@ from tisa_hf.embeddings import (  # noqa: E402
 _words = random.Random(0)
 # random words, so that no stretch of the text repeats another (whose mean embedding would then match it)
 LONG_TEXT = " ".join("".join(_words.choices(string.ascii_lowercase, k=_words.randint(2, 8))) for _ in range(2000))
-
-
-def direct_embedding(model, input_ids: list[int]) -> torch.Tensor:
-    """Mean of the final hidden states over every token, normalised: what the folder's pipeline computes."""
-    with torch.no_grad():
-        states = model(input_ids=torch.tensor([input_ids])).last_hidden_state[0]
-    return F.normalize(states.mean(0), dim=-1)
 
 
 @pytest.fixture(scope="module")

@@ -9,21 +9,24 @@ weights load.
 Writes to --output-dir what `tisa-hf glue` writes: the adapted model and tokenizer (`save_pretrained`, TISA
 included, ready for `tisa-hf glue --model DIR`), `metrics.json` (with an `adaptation` record of how it was
 adapted, which `tisa-hf push` puts in the model card), `run_config.yaml` and TensorBoard logs; resumable
-checkpoints live in `checkpoints/` until the run finishes.
+checkpoints live in `checkpoints/` until the run finishes. For a sentence-transformers base the folder is a
+sentence-transformers model too (`sentence_output.py`).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from torch import nn
 from torch.utils.data import DataLoader, StackDataset
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, default_data_collator
 
 from ..config import TisaConfig
+from ..embeddings.sentence_models import check_mean_pooling, reading_tokenizer, write_sentence_transformer_modules
 from ..errors import UsageError
 from ..finetune.arguments import ModelArguments
 from ..finetune.preflight import RunPlan, plan_run
@@ -32,7 +35,8 @@ from ..finetune.trainer import TrainingStage, resolve_schedule, train_dataloader
 from ..hub_access import loading_errors, model_remedy
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
-from .objectives import DistillationObjective, MaskedLMObjective, mlm_head_of
+from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
+from .sentence_output import sentence_output_limit
 from .text import (
     block_count,
     mask_blocks,
@@ -55,7 +59,8 @@ def curriculum_steps(max_steps: int, stages: int) -> list[int]:
 @dataclass
 class AdaptationPlan:
     """Everything checked before any weights load: the run folder and model source (`run`), the checkpoint, the
-    student's TISA, the tokenizer and the blocks of every length."""
+    student's TISA, the tokenizer, the blocks of every length and, for a sentence-transformers base, the
+    `max_seq_length` of the sentence-transformers model written (`sentence_limit`; None: none is written)."""
 
     run: RunPlan
     facts: CheckpointFacts
@@ -64,6 +69,7 @@ class AdaptationPlan:
     train_documents: list[list[int]]
     held_out_documents: list[list[int]]
     steps: list[int]
+    sentence_limit: int | None = None
 
 
 def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments) -> TisaConfig:
@@ -90,9 +96,9 @@ def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt
         )
     if requested is not None and facts.tisa is not None:
         raise UsageError(f"{name} already has TISA ({facts.tisa}); leave out the --tisa options to adapt it further.")
-    if adapt_args.objective == "distill" and facts.tisa is not None:
+    if adapt_args.objective in ("distill", "embed") and facts.tisa is not None:
         raise UsageError(
-            f"--objective distill needs the original model as its teacher, but {name} already has TISA; "
+            f"--objective {adapt_args.objective} needs the original model as its teacher, but {name} already has TISA; "
             "give the unpatched checkpoint and the --tisa options."
         )
     tisa = requested or facts.tisa
@@ -169,6 +175,9 @@ def plan_adaptation(
     facts = CheckpointFacts.read(model_args.model)
     tisa = _check_settings(facts, tisa_args, adapt_args)
     _check_lengths(facts, tisa, args, adapt_args)
+    sentence_limit = sentence_output_limit(facts, tisa, adapt_args)
+    if sentence_limit is not None and adapt_args.objective == "embed":
+        check_mean_pooling(facts.path)
     source = run_plan.tokenizer
     with loading_errors(f"the tokenizer {source.path}", model_remedy()):
         tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=source.local_files_only)
@@ -177,7 +186,7 @@ def plan_adaptation(
     documents = (tokenize_articles(train, tokenizer), tokenize_articles(held_out, tokenizer) if held_out else [])
     _check_text(adapt_args.train_text, articles, documents, args.train_batch_size, adapt_args)
     steps = curriculum_steps(args.max_steps, len(adapt_args.lengths))
-    return AdaptationPlan(run_plan, facts, tisa, tokenizer, *documents, steps)
+    return AdaptationPlan(run_plan, facts, tisa, tokenizer, *documents, steps, sentence_limit)
 
 
 def set_trainable(model: PreTrainedModel, train: str, objective: str) -> None:
@@ -198,8 +207,8 @@ def set_trainable(model: PreTrainedModel, train: str, objective: str) -> None:
 
 
 def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_args: AdaptArguments) -> nn.Module:
-    """The student (with its head when the checkpoint has one) inside its objective; for distillation, the
-    unpatched teacher too."""
+    """The student (with its head when the checkpoint has one) inside its objective; for distillation and the
+    embedding objective, the unpatched teacher too."""
     new_head = adapt_args.objective == "mlm" and not plan.facts.has_mlm_head  # --train head (checked)
     auto_class = AutoModelForMaskedLM if plan.facts.has_mlm_head or new_head else AutoModel
     student, _ = load_model_and_tokenizer(auto_class, plan.run, tisa_args)  # a new head is logged at INFO
@@ -211,7 +220,12 @@ def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_a
     # unexpected and a pooler as missing, though only the encoder's hidden states are compared.
     with loading_errors(f"the teacher {source.path}", model_remedy()):
         teacher = auto_class.from_pretrained(source.path, local_files_only=source.local_files_only)
-    return DistillationObjective(student, teacher, adapt_args.distill_layers, adapt_args.distill_loss)
+    layers, loss = adapt_args.distill_layers, adapt_args.distill_loss
+    if adapt_args.objective == "embed":
+        return EmbeddingObjective(
+            student, teacher, plan.facts.table_length, adapt_args.embed_token_weight, layers, loss
+        )
+    return DistillationObjective(student, teacher, layers, loss)
 
 
 def training_stages(
@@ -269,12 +283,14 @@ class HeldOutLossEvaluator:
 def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_size: int) -> dict[str, Any]:
     """How the model was adapted, for metrics.json and the model card."""
     record: dict[str, Any] = {"objective": adapt_args.objective, "train": adapt_args.train}
-    if adapt_args.objective == "distill":
-        record.update(
-            teacher=plan.facts.name, distill_layers=adapt_args.distill_layers, distill_loss=adapt_args.distill_loss
-        )
-    else:
+    if adapt_args.objective == "mlm":
         record["mlm_probability"] = adapt_args.mlm_probability
+    else:
+        record["teacher"] = plan.facts.name
+    if adapt_args.objective == "embed":
+        record.update(teacher_table=plan.facts.table_length, embed_token_weight=adapt_args.embed_token_weight)
+    if adapt_args.objective == "distill" or adapt_args.objective == "embed" and adapt_args.embed_token_weight:
+        record.update(distill_layers=adapt_args.distill_layers, distill_loss=adapt_args.distill_loss)
     record.update(
         text=adapt_args.train_text,
         articles={"train": len(plan.train_documents), "held_out": len(plan.held_out_documents)},
@@ -284,6 +300,8 @@ def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_si
             for length, steps in zip(adapt_args.lengths, plan.steps, strict=True)
         ],
     )
+    if plan.sentence_limit is not None:
+        record["max_seq_length"] = plan.sentence_limit
     return record
 
 
@@ -303,7 +321,9 @@ class Adaptation(Task):
         objective = build_objective(self.adaptation, self.tisa_args, self.task_args)
         if isinstance(objective, DistillationObjective):
             objective.teacher.to(accelerator.device)
-        return objective, self.adaptation.tokenizer
+        tokenizer, limit = self.adaptation.tokenizer, self.adaptation.sentence_limit
+        # saved with the model: a sentence-transformers model's tokenizer records how many tokens it reads
+        return objective, tokenizer if limit is None else reading_tokenizer(tokenizer, limit)
 
     def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
         return TaskData(
@@ -320,6 +340,10 @@ class Adaptation(Task):
     def documents(self, record: dict[str, Any], model: PreTrainedModel, evaluator: Any, state: Any) -> dict[str, Any]:
         record["adaptation"] = adaptation_record(self.adaptation, self.task_args, self.args.train_batch_size)
         mark_adapted(model, record["model"], self.task_args.objective, self.task_args.train)
+        limit = self.adaptation.sentence_limit
+        if limit is not None and PartialState().is_main_process:  # beside the checkpoint the recipe saves next
+            base = self.adaptation.facts.path
+            write_sentence_transformer_modules(Path(self.args.output_dir), model.config.hidden_size, limit, base)
         return {}
 
 

@@ -32,11 +32,12 @@ class AdaptTrainingArguments(TrainingArguments):
 
 @dataclass
 class AdaptArguments:
-    objective: Literal["distill", "mlm"] = field(
+    objective: Literal["distill", "mlm", "embed"] = field(
         default="distill",
         metadata={
             "help": "'distill': match the unpatched model's hidden states (any encoder, blocks up to its table); "
-            "'mlm': continued masked-LM training (needs an MLM head; replace mode may exceed the table)."
+            "'mlm': continued masked-LM training (needs an MLM head; replace mode may exceed the table); "
+            "'embed': match the unpatched model's mean-pooled embedding, beyond its table its chunk-average."
         },
     )
     train: Literal["kernels", "all", "head"] = field(
@@ -63,6 +64,21 @@ class AdaptArguments:
     distill_loss: Literal["cosine", "mse"] = field(
         default="cosine", metadata={"help": "Per-token distance: 1 - cosine (default) or mean squared error."}
     )
+    embed_token_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "--objective embed: weight of the token-state distillation (--distill-layers, --distill-loss) "
+            "added on the blocks the teacher reads whole (0: the embedding loss alone)."
+        },
+    )
+    embedding_max_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens the sentence-transformers model written for a sentence-transformers base reads "
+            "(max_seq_length; default: the longest --lengths). Replace mode: any length; add mode: at most the "
+            "position table."
+        },
+    )
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked (--objective mlm)."})
     held_out_fraction: float = field(
         default=0.1, metadata={"help": "Share of the articles (the last ones, whole) held out for evaluation."}
@@ -75,6 +91,10 @@ class AdaptArguments:
             raise UsageError(
                 f"--max-eval-blocks must be at least 1 (a loss over no block is 0 / 0); got {self.max_eval_blocks}."
             )
+        if self.embed_token_weight < 0:
+            raise UsageError(f"--embed-token-weight must be at least 0; got {self.embed_token_weight}.")
+        if self.embedding_max_length is not None and self.embedding_max_length < 1:
+            raise UsageError(f"--embedding-max-length must be at least 1 token; got {self.embedding_max_length}.")
         if not 0 < self.mlm_probability <= 1:
             raise UsageError(f"--mlm-probability is the share of tokens masked, in (0, 1]; got {self.mlm_probability}.")
 

@@ -9,6 +9,13 @@ same blocks. The default distance is the cosine one, 1 - cos(h_student, h_teache
 `mse` (mean squared error per element) is offered for when the norms matter too, e.g. for a downstream head that
 reads unnormalised features; with `--train kernels` the LayerNorms are frozen, so norms can barely drift anyway.
 
+`EmbeddingObjective` (`--objective embed`): the student's mean-pooled embedding of each block against the teacher's,
+1 - cosine per block, for embedding use beyond the teacher's table: a block the teacher reads whole has its
+embedding as the target; a longer one the teacher's chunk-average (`tisa_hf.embeddings.pooling`, the
+`chunk:MODEL` reading `tisa-hf longembed` compares), so the student learns to embed a long block as well as the
+best the teacher can do with it, from one forward over the whole block. Token-state distillation may be added
+with a weight, on the blocks the teacher reads whole (it has no token states for the others).
+
 `MaskedLMObjective`: masked-token cross-entropy with logits only at the masked positions: the masked hidden
 states are gathered and only they go through the MLM head, never (positions x vocabulary) logits.
 """
@@ -24,6 +31,7 @@ from torch import nn
 from transformers import DataCollatorForLanguageModeling, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import ModelOutput
 
+from ..embeddings.pooling import chunk_average
 from ..errors import UsageError
 from .text import special_tokens_mask
 
@@ -113,6 +121,59 @@ class DistillationObjective(nn.Module):
         ).mean(0)
         counts = torch.full((input_ids.shape[0],), input_ids.shape[1], device=input_ids.device)
         return ObjectiveOutput(loss=distances.mean(), sums=distances.sum(-1), counts=counts)
+
+
+def mean_embeddings(states: torch.Tensor) -> torch.Tensor:
+    """(batch, hidden) normalised means over every token of (batch, length, hidden) states, in float32: the
+    embedding of a mean-pooling sentence-transformers model of unpadded blocks."""
+    return F.normalize(states.float().mean(1), dim=-1)
+
+
+class EmbeddingObjective(DistillationObjective):
+    """1 - cosine between the student's and the teacher's embeddings per block (see the module docstring), plus
+    `token_weight` times the token-state distillation (`layers`, `loss`) on blocks of at most `table` tokens, the
+    teacher's table; longer blocks take the chunk-average of `table`-token chunks as the teacher's embedding."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        teacher: PreTrainedModel,
+        table: int,
+        token_weight: float = 0.0,
+        layers: DistillLayers = "last",
+        loss: DistillLoss = "cosine",
+    ):
+        super().__init__(model, teacher, layers if token_weight else "last", loss)
+        self.table = table
+        self.token_weight = token_weight
+
+    @torch.no_grad()
+    def _teacher_embed(self, sequences: list[list[int]], progress: str | None = None) -> torch.Tensor:
+        """Normalised teacher embeddings of token-id sequences, batched by length (chunks need no padding)."""
+        device = next(self.teacher.parameters()).device
+        embeddings = torch.empty(len(sequences), self.teacher.config.hidden_size, device=device)
+        for length in {len(sequence) for sequence in sequences}:
+            rows = [index for index, sequence in enumerate(sequences) if len(sequence) == length]
+            input_ids = torch.tensor([sequences[index] for index in rows], device=device)
+            embeddings[rows] = mean_embeddings(self.teacher.base_model(input_ids=input_ids).last_hidden_state)
+        return embeddings
+
+    def forward(self, input_ids: torch.Tensor) -> ObjectiveOutput:
+        whole = input_ids.shape[1] <= self.table
+        with torch.no_grad():
+            if whole:
+                targets = self._states(self.teacher, input_ids)
+                target = mean_embeddings(targets[-1])
+            else:
+                target = chunk_average(self._teacher_embed, input_ids.tolist(), self.table)
+        states = self._states(self.model, input_ids)
+        losses = 1 - F.cosine_similarity(mean_embeddings(states[-1]), target, dim=-1)
+        if self.token_weight and whole:
+            distances = torch.stack(
+                [token_distances(state, goal, self.loss) for state, goal in zip(states, targets, strict=True)]
+            )
+            losses = losses + self.token_weight * distances.mean((0, 2))
+        return ObjectiveOutput(loss=losses.mean(), sums=losses, counts=torch.ones_like(losses))
 
 
 class MaskedLMObjective(nn.Module):

@@ -149,22 +149,33 @@ def write_sentence_transformer(
     folder = Path(folder)
     if (folder / MODULES_FILE).is_file() and not overwrite:
         raise UsageError(f"{folder} already holds a sentence-transformers model; choose another folder or overwrite.")
-    base_folder = Path(resolve_model(base)) if base is not None else None
-    base_modules = _read_json(base_folder / MODULES_FILE) if base_folder is not None else None
-    if base_folder is not None and base_modules is None and not (base_folder / "config.json").is_file():
-        raise UsageError(f"The base {base} is not a model folder (no modules.json, no config.json).")
-    settings = {}
-    if base_modules:
-        settings = _read_json(base_folder / base_modules[0]["path"] / TRANSFORMER_CONFIG_FILE) or {}
-    default = settings.get("max_seq_length", tokenizer.model_max_length)
+    base_folder, base_modules = _base_of(base)
+    default = _transformer_settings(base_folder, base_modules).get("max_seq_length", tokenizer.model_max_length)
     limit = check_reading_limit(table_length(model), tisa_config_of(model), max_seq_length, default)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    reading_tokenizer = copy.deepcopy(tokenizer)  # the caller's tokenizer keeps its own limit
-    reading_tokenizer.model_max_length = limit
-    reading_tokenizer.save_pretrained(folder)
-    modules = [_module_entry(0, "", Transformer)]
+    reading_tokenizer(tokenizer, limit).save_pretrained(folder)
+    write_sentence_transformer_modules(folder, model.config.hidden_size, limit, base)
+    return folder
+
+
+def reading_tokenizer(tokenizer: PreTrainedTokenizerBase, limit: int) -> PreTrainedTokenizerBase:
+    """A copy of `tokenizer` whose `model_max_length` is `limit`, the length the model is saved to read (the
+    caller's tokenizer keeps its own)."""
+    reading = copy.deepcopy(tokenizer)
+    reading.model_max_length = limit
+    return reading
+
+
+def write_sentence_transformer_modules(folder: Path, hidden_size: int, limit: int, base: str | None = None) -> None:
+    """The sentence-transformers files beside the transformers checkpoint in `folder`: `modules.json`, the
+    modules after the Transformer (the `base`'s, or mean pooling without one) and `sentence_bert_config.json` with
+    `max_seq_length` `limit`, which the caller has checked (`check_reading_limit`). A base's own Transformer entry
+    is kept (only its path moves to the root), so copying a base's modules needs no sentence-transformers."""
+    base_folder, base_modules = _base_of(base)
+    settings = _transformer_settings(base_folder, base_modules)
     if base_modules:
+        modules = [{**base_modules[0], "path": ""}]
         for entry in base_modules[1:]:
             if (base_folder / entry["path"]).is_dir():
                 shutil.copytree(base_folder / entry["path"], folder / entry["path"], dirs_exist_ok=True)
@@ -172,12 +183,51 @@ def write_sentence_transformer(
         if (base_folder / MODEL_CONFIG_FILE).is_file():
             shutil.copyfile(base_folder / MODEL_CONFIG_FILE, folder / MODEL_CONFIG_FILE)
     else:
+        require_sentence_transformers()
         (folder / "1_Pooling").mkdir(exist_ok=True)
-        Pooling(model.config.hidden_size, pooling_mode="mean").save(str(folder / "1_Pooling"))
-        modules.append(_module_entry(1, "1_Pooling", Pooling))
+        Pooling(hidden_size, pooling_mode="mean").save(str(folder / "1_Pooling"))
+        modules = [_module_entry(0, "", Transformer), _module_entry(1, "1_Pooling", Pooling)]
     (folder / MODULES_FILE).write_text(json.dumps(modules, indent=2))
     (folder / TRANSFORMER_CONFIG_FILE).write_text(json.dumps({**settings, "max_seq_length": limit}, indent=2))
-    return folder
+
+
+def is_sentence_transformer(path: str | Path) -> bool:
+    """Whether the folder `path` (or `minilm`) holds a sentence-transformers model (its `modules.json`)."""
+    return (Path(resolve_model(str(path))) / MODULES_FILE).is_file()
+
+
+def check_mean_pooling(path: str | Path) -> None:
+    """A UsageError unless the sentence-transformers model at `path` embeds by mean pooling over every token,
+    optionally normalised: the embedding `tisa-hf adapt --objective embed` trains."""
+    folder = Path(resolve_model(str(path)))
+    for entry in (_read_json(folder / MODULES_FILE) or [])[1:]:
+        kind = entry["type"].rsplit(".", 1)[-1]
+        pooling = (_read_json(folder / entry["path"] / "config.json") or {}) if kind == "Pooling" else {}
+        modes = {key for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True}
+        mean = pooling.get("pooling_mode", "mean") == "mean" and modes <= {"pooling_mode_mean_tokens"}
+        if kind not in ("Pooling", "Normalize") or not mean:
+            raise UsageError(
+                f"{path} embeds with a {kind} module {entry['path']!r} that is not mean pooling or normalisation, "
+                "and --objective embed trains the mean-pooled embedding; adapt it with --objective distill."
+            )
+
+
+def _base_of(base: str | None) -> tuple[Path | None, list | None]:
+    """The base's folder and its `modules.json` (None for a plain transformers folder)."""
+    if base is None:
+        return None, None
+    base_folder = Path(resolve_model(base))
+    base_modules = _read_json(base_folder / MODULES_FILE)
+    if base_modules is None and not (base_folder / "config.json").is_file():
+        raise UsageError(f"The base {base} is not a model folder (no modules.json, no config.json).")
+    return base_folder, base_modules
+
+
+def _transformer_settings(base_folder: Path | None, base_modules: list | None) -> dict:
+    """The base's Transformer settings (`sentence_bert_config.json`), {} without them."""
+    if not base_modules:
+        return {}
+    return _read_json(base_folder / base_modules[0]["path"] / TRANSFORMER_CONFIG_FILE) or {}
 
 
 def _module_entry(index: int, path: str, module_class: type) -> dict[str, str | int]:

@@ -30,6 +30,7 @@ from ..adapt.checkpoints import CheckpointFacts
 from ..adapt.interpolation import INTERPOLATION_PREFIX, PositionInterpolation
 from ..config import TisaConfig
 from ..errors import UsageError
+from .pooling import chunk_average
 from .sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
 
 TRUNCATION_PREFIX = "trunc:"
@@ -154,22 +155,3 @@ class Embedder:
             return chunk_average(self.embed, sequences, table, progress)
         self._stretch(length)  # interpolation: at most the table's length reads the original table
         return self.embed(sequences, progress)
-
-
-def chunks_of(document: list[int], size: int) -> list[list[int]]:
-    """`[CLS] chunk [SEP]` sequences of at most `size` tokens covering the document's tokens between its own
-    [CLS] and [SEP] in order (the last chunk may be shorter)."""
-    first, body, last = document[0], document[1:-1], document[-1]
-    step = size - 2
-    return [[first, *body[start : start + step], last] for start in range(0, len(body), step)]
-
-
-def chunk_average(embed, documents: list[list[int]], size: int, progress: str | None = None) -> torch.Tensor:
-    """Per document, the normalised mean of its chunks' (normalised) embeddings; `embed` embeds sequences."""
-    chunked = [chunks_of(document, size) for document in documents]
-    flat = embed([chunk for chunks in chunked for chunk in chunks], progress)
-    means, start = [], 0
-    for chunks in chunked:
-        means.append(flat[start : start + len(chunks)].mean(0))
-        start += len(chunks)
-    return F.normalize(torch.stack(means), dim=-1)

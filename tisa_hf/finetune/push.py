@@ -198,12 +198,19 @@ TRAINED = {"kernels": "the TISA kernels only", "all": "the TISA kernels and all 
 def adaptation_section(record: dict[str, Any]) -> str:
     """How `tisa-hf adapt` adapted the model (metrics.json's `adaptation`), with the held-out loss per length."""
     adaptation = record["adaptation"]
-    if adaptation["objective"] == "distill":
+    if "distill_layers" in adaptation:
         layers = "the last layer's" if adaptation["distill_layers"] == "last" else "every layer's"
         distance = "1 - cosine" if adaptation["distill_loss"] == "cosine" else "the mean squared error"
+        tokens = f"{layers} hidden states matched to the teacher's by {distance} per token"
+    if adaptation["objective"] == "distill":
+        objective = f"Distilled from the unpatched `{adaptation['teacher']}`: {tokens}."
+    elif adaptation["objective"] == "embed":
+        table, weight = adaptation["teacher_table"], adaptation["embed_token_weight"]
+        added = f", plus {weight} times {tokens} (blocks of at most {table} tokens)" if weight else ""
         objective = (
-            f"Distilled from the unpatched `{adaptation['teacher']}`: {layers} hidden states matched to the "
-            f"teacher's by {distance} per token."
+            f"Distilled from the unpatched `{adaptation['teacher']}`: the mean-pooled embedding of each block "
+            f"matched to the teacher's by 1 - cosine (beyond {table} tokens, the mean of the teacher's embeddings "
+            f"of {table}-token chunks){added}."
         )
     else:
         objective = f"Masked-LM training, {adaptation['mlm_probability']:.0%} of the tokens masked."

@@ -1,0 +1,41 @@
+"""What `tisa-hf adapt` writes for a sentence-transformers base (a local folder or `minilm` with `modules.json`):
+the adapted checkpoint is also a sentence-transformers model, with the base's pooling and normalisation and a
+stated reading limit, so `SentenceTransformer(OUTPUT_DIR)` (after `import tisa_hf`) embeds with it.
+
+The limit (`max_seq_length`, recorded in `sentence_bert_config.json` and as the tokenizer's `model_max_length`)
+is `--embedding-max-length` or the longest `--lengths`, the length the model was adapted for. Without a recorded
+limit sentence-transformers would take min(tokenizer's `model_max_length`, `max_position_embeddings`): 512 for a
+`replace` model that reads any length. `--train head` fits an MLM head for measurements and writes the checkpoint
+only, as does a base without `modules.json`.
+"""
+
+from __future__ import annotations
+
+from ..config import TisaConfig
+from ..embeddings.sentence_models import is_sentence_transformer
+from ..errors import UsageError
+from .arguments import AdaptArguments
+from .checkpoints import CheckpointFacts
+
+
+def sentence_output_limit(facts: CheckpointFacts, tisa: TisaConfig | None, adapt_args: AdaptArguments) -> int | None:
+    """The `max_seq_length` of the sentence-transformers model the run writes, or None when it writes none;
+    checked before any weights load."""
+    requested = adapt_args.embedding_max_length
+    if adapt_args.train == "head" or not is_sentence_transformer(facts.path):
+        if requested is not None:
+            why = "--train head writes an MLM head" if adapt_args.train == "head" else f"{facts.name} is not one"
+            raise UsageError(
+                f"--embedding-max-length sets how many tokens the sentence-transformers model written for a "
+                f"sentence-transformers base reads, and {why} (no modules.json); leave it out."
+            )
+        return None
+    if requested is None:
+        return max(adapt_args.lengths)
+    if (tisa is None or tisa.mode != "replace") and requested > facts.table_length:
+        raise UsageError(
+            f"--embedding-max-length {requested} is longer than {facts.name}'s position table "
+            f"({facts.table_length} positions), which TISA mode='add' keeps; ask for at most {facts.table_length}, "
+            "or use --tisa.mode replace, which reads any length."
+        )
+    return requested
