@@ -14,8 +14,7 @@ from embedding_fixtures import direct_embedding
 from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
-from tests.conftest import tiny_config
-from tests.finetune_fixtures import WORDS, write_rte_tsv, write_tiny_model, write_wikitext
+from tests.fixtures import WORDS, tiny_config, write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import EmbeddingObjective

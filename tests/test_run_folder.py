@@ -80,3 +80,18 @@ def test_a_record_round_trips(tmp_path):
     RunFolder(tmp_path).write_record(record)
     assert RunFolder(tmp_path).read_record() == record
     assert RunFolder(tmp_path).is_finished()
+
+
+def test_a_setting_newer_than_the_saved_run_counts_as_its_default_on_resume(tmp_path):
+    # A run started before `embedding_max_length` existed: its run_config.yaml lacks it.
+    folder = RunFolder(tmp_path)
+    folder.checkpoint_dir(200).mkdir(parents=True)
+    (folder.checkpoint_dir(200) / "trainer_state.json").write_text("{}")
+    folder.write_run_config({"seed": 1, "max_steps": 900, "warmup_steps": 0})
+    defaults = {"seed": 1, "max_steps": None, "warmup_steps": 0, "embedding_max_length": None}
+    current = {"seed": 1, "max_steps": 900, "warmup_steps": 0, "embedding_max_length": None}
+    assert folder.check(current, resume=True, overwrite=False, defaults=defaults) == folder.checkpoint_dir(200)
+    with pytest.raises(UsageError, match=r"settings differ .*: embedding_max_length: None -> 4096\. "):
+        folder.check({**current, "embedding_max_length": 4096}, resume=True, overwrite=False, defaults=defaults)
+    with pytest.raises(UsageError, match=r"embedding_max_length: '\(not set\)' -> None\. "):
+        folder.check(current, resume=True, overwrite=False)  # without the defaults, a missing setting differs

@@ -378,6 +378,18 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: st
     return tuple(parsed[: len(dataclass_types)])
 
 
+def default_config(*instances: Any) -> dict[str, Any]:
+    """The default of every setting of the parsed dataclasses (those with one), in `resolved_config`'s layout."""
+    defaults: dict[str, Any] = {}
+    for instance in instances:
+        for setting in dataclasses.fields(instance):
+            if setting.default is not dataclasses.MISSING:
+                defaults[setting.name] = setting.default
+            elif setting.default_factory is not dataclasses.MISSING:
+                defaults[setting.name] = setting.default_factory()
+    return defaults
+
+
 def resolved_config(*instances: Any) -> dict[str, Any]:
     """All settings of the parsed dataclasses in one flat mapping (what `run_config.yaml` stores)."""
     merged: dict[str, Any] = {}

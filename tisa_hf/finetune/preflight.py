@@ -4,24 +4,26 @@ answers at once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..hub_access import ModelSource, check_push_target, model_source
 from ..saved_files import check_checkpoint, check_output_folder
-from .arguments import ModelArguments, TrainingArguments, resolved_config
+from .arguments import ModelArguments, TrainingArguments, default_config, resolved_config
 from .run_folder import RunFolder
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What the checks found: the checkpoint to resume from, and where the model and tokenizer are."""
+    """What the checks found: the checkpoint to resume from, where the model and tokenizer are, and the settings'
+    defaults (a resumed run's saved settings that lack a newer setting count as its default)."""
 
     resume_from: Path | None
     model: ModelSource
     tokenizer: ModelSource
+    setting_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def model_sources(model_args: ModelArguments) -> tuple[ModelSource, ModelSource]:
@@ -35,7 +37,8 @@ def plan_run(*settings: Any) -> RunPlan:
     model_args = next(value for value in settings if isinstance(value, ModelArguments))
     args = next(value for value in settings if isinstance(value, TrainingArguments))
     folder = RunFolder(args.output_dir)
-    resume_from = folder.check(resolved_config(*settings), args.resume, args.overwrite_output_dir)
+    defaults = default_config(*settings)
+    resume_from = folder.check(resolved_config(*settings), args.resume, args.overwrite_output_dir, defaults)
     check_output_folder(args.output_dir, "--output-dir")
     if resume_from is not None:
         check_checkpoint(resume_from)  # before half a minute of loading, a truncated file fails there
@@ -48,4 +51,4 @@ def plan_run(*settings: Any) -> RunPlan:
                 f"--push-to-hub: {error} Or train without --push-to-hub and upload later with "
                 f"`tisa-hf push {args.output_dir} {args.push_to_hub}`."
             ) from error
-    return RunPlan(resume_from, model, tokenizer)
+    return RunPlan(resume_from, model, tokenizer, defaults)

@@ -93,7 +93,7 @@ def save_run_config(accelerator: Accelerator, plan: RunPlan, output_dir: str, co
     (`check_resolved_schedule`: the step counts were unknown before the data was counted)."""
     folder = RunFolder(output_dir)
     if plan.resume_from is not None:
-        folder.check_resolved_schedule(config)
+        folder.check_resolved_schedule(config, plan.setting_defaults)
     if accelerator.is_main_process:
         folder.write_run_config(config)
 

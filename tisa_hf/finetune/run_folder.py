@@ -71,10 +71,18 @@ RESUME_SAFE_SETTINGS = (
 SCHEDULE_SETTINGS = ("max_steps", "warmup_steps")
 
 
-def changed_settings(saved: dict[str, Any], current: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
-    """`name: saved -> current` for every setting outside `RESUME_SAFE_SETTINGS` and `skip` that differs."""
-    names = (set(saved) | set(current)) - set(RESUME_SAFE_SETTINGS) - set(skip)
+def changed_settings(
+    saved: dict[str, Any],
+    current: dict[str, Any],
+    skip: tuple[str, ...] = (),
+    defaults: dict[str, Any] | None = None,
+) -> list[str]:
+    """`name: saved -> current` for every setting outside `RESUME_SAFE_SETTINGS` and `skip` that differs. A
+    setting the saved run_config.yaml lacks counts as its default in `defaults`: a setting added to tisa-hf after
+    the run started, left at the default that reproduces the old behaviour, does not block its resume."""
     missing = "(not set)"
+    saved = {**{name: value for name, value in (defaults or {}).items() if name not in saved}, **saved}
+    names = (set(saved) | set(current)) - set(RESUME_SAFE_SETTINGS) - set(skip)
     return [
         f"{name}: {saved.get(name, missing)!r} -> {current.get(name, missing)!r}"
         for name in sorted(names)
@@ -142,7 +150,9 @@ class RunFolder:
         return self.metrics_file.is_file()
 
     # Checks.
-    def check(self, config: dict[str, Any], resume: bool, overwrite: bool) -> Path | None:
+    def check(
+        self, config: dict[str, Any], resume: bool, overwrite: bool, defaults: dict[str, Any] | None = None
+    ) -> Path | None:
         """What a run may do with this folder; returns the checkpoint to resume from (None: start from scratch).
 
         Refused with a UsageError: training into a folder that holds a finished run or checkpoints unless
@@ -169,22 +179,25 @@ class RunFolder:
         if checkpoint is None:
             logger.warning("--resume: no checkpoint in %s, starting from scratch.", self.path)
             return None
-        self._check_same_settings(config, skip=tuple(name for name in SCHEDULE_SETTINGS if not config.get(name)))
+        unresolved = tuple(name for name in SCHEDULE_SETTINGS if not config.get(name))
+        self._check_same_settings(config, skip=unresolved, defaults=defaults)
         return checkpoint
 
-    def check_resolved_schedule(self, config: dict[str, Any]) -> None:
+    def check_resolved_schedule(self, config: dict[str, Any], defaults: dict[str, Any] | None = None) -> None:
         """For a resumed run, once `resolve_schedule` has counted the data: a UsageError when the resolved step or
         warm-up count differs from the checkpointed run's (the training data changed size)."""
-        self._check_same_settings(config, skip=())
+        self._check_same_settings(config, skip=(), defaults=defaults)
 
-    def _check_same_settings(self, config: dict[str, Any], skip: tuple[str, ...]) -> None:
+    def _check_same_settings(
+        self, config: dict[str, Any], skip: tuple[str, ...], defaults: dict[str, Any] | None
+    ) -> None:
         saved_path = self.run_config_file
         if not saved_path.is_file():
             raise UsageError(
                 f"--resume: {saved_path} is missing, so the settings of the checkpointed run are unknown; restore "
                 "it, or pass --overwrite-output-dir to start again from scratch."
             )
-        changes = changed_settings(yaml.safe_load(saved_path.read_text()) or {}, config, skip)
+        changes = changed_settings(yaml.safe_load(saved_path.read_text()) or {}, config, skip, defaults)
         if changes:
             raise UsageError(
                 f"--resume: these settings differ from the run in {self.path} ({RUN_CONFIG_FILE}), and a resumed run "
