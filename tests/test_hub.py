@@ -88,6 +88,25 @@ def test_card_metadata_carries_the_dev_metrics(run_dir):
     assert data.model_name == "someone/bert-tisa-rte"
 
 
+def test_card_reads_metrics_recorded_per_split_as_runs_record_them(tmp_path):
+    # tisa-hf glue records {"validation": {...}}; MNLI two dev splits. Each becomes its own model-index entry.
+    dataset, results = push.eval_results(
+        "mnli", {"validation_matched": {"accuracy": 0.8}, "validation_mismatched": {"accuracy": 0.81}}
+    )
+    assert dataset == "nyu-mll/glue"
+    assert [(r.dataset_split, r.metric_type, r.metric_value) for r in results] == [
+        ("validation_matched", "accuracy", 0.8),
+        ("validation_mismatched", "accuracy", 0.81),
+    ]
+    _, results = push.eval_results(
+        "squad_v2", {"validation": {"exact": 70.0, "f1": 73.0, "total": 100, "best_f1_thresh": 0.0}}
+    )
+    assert [(r.dataset_split, r.metric_type, r.metric_value) for r in results] == [
+        ("validation", "exact", 70.0),
+        ("validation", "f1", 73.0),
+    ]
+
+
 def test_card_body_sections(run_dir):
     text = push.build_model_card(run_dir, repo_id="someone/bert-tisa-rte").text
     for heading in ("## Model", "## TISA settings", "## Positional parameters", "## Scoring functions"):
@@ -97,7 +116,7 @@ def test_card_body_sections(run_dir):
     table = POSITIONS * HIDDEN
     assert f"| this model | {tisa} | {table} | {tisa + table} |" in text
     assert f"| unpatched base model | 0 | {table} | {table} |" in text
-    assert "| accuracy | 0.6823 |" in text
+    assert "| validation | accuracy | 0.6823 |" in text
     assert "Task: RTE, dev set (seed 13, wall time of training and evaluation 123 s)." in text
     assert "import tisa_hf" in text and "only its mean reaches the model" not in text
     assert 'AutoModelForSequenceClassification.from_pretrained("someone/bert-tisa-rte")' in text

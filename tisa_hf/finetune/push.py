@@ -165,14 +165,26 @@ def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResu
             dataset_type=dataset,
             dataset_name=label,
             dataset_config=config,
-            dataset_split="validation",
+            dataset_split=split,
             metric_type=metric,
             metric_value=float(value),
         )
-        for metric, value in metrics.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not metric.endswith(NOT_SCORES)
+        for split, metric, value in split_scores(metrics)
+        if not metric.endswith(NOT_SCORES)
     ]
     return dataset, results
+
+
+def split_scores(metrics: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """(split, metric, value) of every number in a record's metrics: runs record them per split
+    (`{"validation": {"accuracy": ...}}`, MNLI's two dev splits); a flat number counts as the validation split's."""
+    scores = []
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            scores += [(name, metric, score) for _, metric, score in split_scores(value)]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            scores.append(("validation", name, value))
+    return scores
 
 
 def document_eval_results(task: str, metrics: dict[str, dict[str, float]]) -> list[EvalResult]:
@@ -327,10 +339,10 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
             f"{_wall_time(record)}).\n\n" + _table(["split", "metric", "value"], metric_rows)
         )
     else:
-        metric_rows = [[result.metric_type, f"{result.metric_value:.4f}"] for result in results]
+        metric_rows = [[result.dataset_split, result.metric_type, f"{result.metric_value:.4f}"] for result in results]
         sections.append(
             f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, wall time of training and evaluation "
-            f"{_wall_time(record)}).\n\n" + _table(["metric", "value"], metric_rows)
+            f"{_wall_time(record)}).\n\n" + _table(["split", "metric", "value"], metric_rows)
         )
     sections.append(
         "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "
