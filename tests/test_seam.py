@@ -208,9 +208,9 @@ def test_converting_a_plain_checkpoint_is_quiet(plain_dir, caplog, capfd):
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert warnings == []
     tisa_lines = [record.getMessage() for record in caplog.records if record.name.startswith("tisa_hf")]
-    assert len(tisa_lines) == 1 and tisa_lines[0].startswith(
-        "TISA kernels fitted to the positional profiles: mean fit R²"
-    )
+    # one line for the fit; a fit still running after 10 s (a loaded machine) adds progress lines before it
+    assert tisa_lines[-1].startswith("TISA kernels fitted to the positional profiles: mean fit R²")
+    assert all(line.startswith("kernel fit (S = 2, 12 profiles): ") for line in tisa_lines[:-1])
     captured = capfd.readouterr()
     assert "MISSING" not in captured.err + captured.out + caplog.text
 
@@ -312,3 +312,13 @@ def test_patched_model_returns_hidden_states_and_attentions():
     with torch.no_grad():
         outputs = model(input_ids=torch.randint(1, 99, (1, 6)), output_hidden_states=True, output_attentions=True)
     assert len(outputs.hidden_states) == 4 and len(outputs.attentions) == 3
+
+
+def test_plain_class_with_tisa_hf_loads_a_tisa_folder_once_and_quietly(tisa_dir, capfd):
+    """Straight to the TISA class: no model-type warning, no report of the kernels as unexpected weights."""
+    capfd.readouterr()
+    loaded = BertForSequenceClassification.from_pretrained(tisa_dir)
+    printed = capfd.readouterr()
+    assert type(loaded).__name__ == "TisaBertForSequenceClassification"
+    for noise in ("model of type", "UNEXPECTED", "tisa.amplitude"):
+        assert noise not in printed.err + printed.out

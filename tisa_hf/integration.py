@@ -14,6 +14,8 @@ transformers' own entries are never replaced.
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 from transformers import PreTrainedConfig, PreTrainedModel
 
@@ -21,6 +23,7 @@ from .adapters import ADAPTERS, adapter_for
 from .attention import register_attention_functions
 from .model_configs import TisaConfigMixin, register_config_type, tisa_model_config
 from .modeling import TisaModelMixin, register_model_classes, tisa_model_class
+from .names import TISA_MODEL_TYPE_PREFIX
 
 _INSTALLED_MARK = "_tisa_hf_installed"
 
@@ -28,6 +31,20 @@ _INSTALLED_MARK = "_tisa_hf_installed"
 def _legacy_tisa(config: object) -> dict | None:
     """The `tisa` dict of a plain-type config written by tisa-hf 0.1 (or built with `tisa=`), else None."""
     return config.__dict__.get("tisa") if isinstance(config, PreTrainedConfig) else None
+
+
+def _saved_tisa_type(path: object) -> bool:
+    """Whether `path` is a local folder whose config.json names a TISA model type (`tisa_hf_bert`, ...). Only a
+    folder is looked at: a Hub id would cost a request on every plain model's load, and is handed over after its
+    first load instead."""
+    config_file = Path(str(path), "config.json")
+    if not config_file.is_file():
+        return False
+    try:
+        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type", "")
+    except (OSError, ValueError, AttributeError):  # transformers' own load reports a damaged config
+        return False
+    return isinstance(model_type, str) and model_type.startswith(TISA_MODEL_TYPE_PREFIX)
 
 
 def _is_tisa_class(cls: type) -> bool:
@@ -53,6 +70,11 @@ def _from_pretrained(original):
         tisa = kwargs.pop("tisa", None)
         config = kwargs.get("config")
         legacy = _legacy_tisa(config)
+        if tisa is None and config is None and _is_plain_class(cls) and _saved_tisa_type(pretrained_model_name_or_path):
+            # A TISA checkpoint in a local folder, asked for by its plain class: straight to the TISA class, without
+            # first loading it as the plain model (transformers' model-type warning, a report of the kernels as
+            # unexpected weights, and the weights read twice)
+            return _tisa_class(cls).from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         if tisa is None and legacy is None:
             loaded = original.__func__(cls, pretrained_model_name_or_path, *model_args, **kwargs)
             model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading info)
