@@ -54,7 +54,7 @@ class DocumentDataArguments:
         default=512,
         metadata={
             "help": "Tokens per document after truncation, special tokens included; beyond the position table "
-            "only with --tisa.mode replace."
+            "only with --tisa.mode replace or --position-interpolation."
         },
     )
     truncation: str = field(
