@@ -1,9 +1,9 @@
-"""The recipe every run shares (`tisa-hf glue`, `squad`, `classify`, `adapt`): a `Task` says what its kind of run adds (data,
-model, evaluator, the score that ranks evaluations, documents to save) and `run_task` does the rest in one order:
-check (`preflight.plan_run` and the task's own checks), start (the run folder's writer lock, the seed), load,
-prepare, train (`trainer.fit`), record and save, upload. A new task is a `Task` subclass in a `*_task.py` module
-and a `Command` in `tisa_hf/cli.py`. Also here: loading a model for a run, the metrics.json record and the
-command-line wrapper.
+"""The recipe every run shares (`tisa-hf glue`, `squad`, `classify`, `adapt`): a `Task` says what its kind of run adds
+(data, model, evaluator, the score that ranks evaluations, documents to save) and `run_task` does the rest in one
+order: check (`preflight.plan_run` and the task's own checks), start (the run folder's writer lock, the seed), load,
+prepare, train (`trainer.fit`), record and save, upload. A new task is a `Task` subclass in a `*_task.py` module and
+a `Command` in `tisa_hf/cli.py`. Also here: loading a model for a run, the metrics.json record and the command-line
+wrapper.
 """
 
 from __future__ import annotations

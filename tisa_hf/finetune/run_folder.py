@@ -1,7 +1,7 @@
-"""A run's folder (`tisa-hf glue`, `squad`, `classify`, `adapt`), owned by one type, `RunFolder`: the name of every file and
-folder in it, its state (new, interrupted or finished), the checks that keep a resumed run the same run and a
-finished one untouched, clearing and creating it, reading and writing its records, and the lock that lets one
-writer at a time work in it. Training, sweeps, reports and uploads reach a run's files only through it.
+"""A run's folder (`tisa-hf glue`, `squad`, `classify`, `adapt`), owned by one type, `RunFolder`: the name of every file
+and folder in it, its state (new, interrupted or finished), the checks that keep a resumed run the same run and a
+finished one untouched, clearing and creating it, reading and writing its records, and the lock that lets one writer
+at a time work in it. Training, sweeps, reports and uploads reach a run's files only through it.
 
 Layout:
 
