@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from tisa_hf import attention
-from tisa_hf.bench import reset_peak_resident_set, resident_mib, synchronize, time_interleaved
+from tisa_hf.bench import peak_memory_mib, start_peak_memory, synchronize, time_interleaved
 from tisa_hf.kernels import TisaPositionBias
 
 HEADS, HEAD_DIM, KERNELS = 12, 32, 5
@@ -69,15 +69,10 @@ def memory_worker(route: str, length: int, training: bool, device: torch.device)
     call = route_call(route, length, training, device)
     call()  # warm-up, flex attention's compilation included
     synchronize(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device) / 2**20
-    else:
-        reset_peak_resident_set()
-        before = resident_mib("VmRSS")
+    before = start_peak_memory(device)
     call()
     synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else resident_mib("VmHWM")
+    peak = peak_memory_mib(device)
     print(json.dumps({"peak_mib": peak - before}))
 
 

@@ -232,22 +232,32 @@ def reset_peak_resident_set() -> None:
         clear_refs.write("5")
 
 
+def start_peak_memory(device: torch.device) -> float:
+    """Starts a peak-memory measurement on `device` and returns the MiB in use now: CUDA's allocator statistics, or
+    on the CPU the process's resident set (whose high-water mark is reset)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device) / 2**20
+    reset_peak_resident_set()
+    return resident_mib("VmRSS")
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """The peak MiB since `start_peak_memory`."""
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else resident_mib("VmHWM")
+
+
 def memory_worker(spec: str) -> int:
     """Peak memory of two steps of one case: CUDA allocator peak, or on CPU the peak resident set of the steps."""
     case = ModelCase(**json.loads(spec))
     device = torch.device(case.device)
     model = build_model(case, reference_positions(case))
     step = step_function(case, model)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        baseline = torch.cuda.memory_allocated(device) / 2**20
-    else:
-        reset_peak_resident_set()
-        baseline = resident_mib("VmRSS")
+    baseline = start_peak_memory(device)
     for _ in range(2):
         step()
     synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else resident_mib("VmHWM")
+    peak = peak_memory_mib(device)
     print(json.dumps({"peak_mib": peak, "baseline_mib": baseline}))
     return 0
 
