@@ -87,6 +87,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.embeddings.options:longembed_parser",
         "Passkey and needle retrieval (Acc@1) against document length.",
     ),
+    "sts": Command(
+        "tisa_hf.embeddings.sts",
+        "tisa_hf.embeddings.options:sts_parser",
+        "Zero-shot STS-B (Spearman of cosine similarities) of embedding models, paired.",
+    ),
     "push": Command(
         "tisa_hf.finetune.push", "tisa_hf.cli_options:push_parser", "Upload a run's model with a model card to the Hub."
     ),

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..adapt.paired_blocks import paired_difference
 from ..cli import entry
@@ -36,7 +35,7 @@ from ..environment import machine, versions
 from ..errors import UsageError
 from .facts import NAMES
 from .options import longembed_parser
-from .systems import Embedder, SystemSpec
+from .systems import Embedder, SystemSpec, shared_tokenizer
 from .tasks import RetrievalSet, build_task, text_haystack
 
 logger = logging.getLogger(__name__)
@@ -94,35 +93,6 @@ def check_settings(args: argparse.Namespace) -> dict[str, Any] | None:
             "or choose another --out, or pass --overwrite to start over."
         )
     return record
-
-
-def load_tokenizer(spec: SystemSpec) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(spec.facts.path)
-    # transformers builds a tokenizer of special tokens alone for a folder without tokenizer files
-    if len(tokenizer) <= len(tokenizer.all_special_ids):
-        raise UsageError(
-            f"{spec.spec}: {spec.facts.path} has no tokenizer (no vocabulary beyond the special tokens); save the "
-            "model's tokenizer there with tokenizer.save_pretrained(...)."
-        )
-    return tokenizer
-
-
-def shared_tokenizer(systems: list[SystemSpec]) -> PreTrainedTokenizerBase:
-    """The first system's tokenizer, after checking every system has one with the same vocabulary (the
-    documents are token ids, built once for all)."""
-    tokenizers = {}
-    for spec in systems:
-        if spec.facts.path not in tokenizers:
-            tokenizers[spec.facts.path] = load_tokenizer(spec)
-    first, *others = systems
-    vocabulary = tokenizers[first.facts.path].get_vocab()
-    for spec in others:
-        if tokenizers[spec.facts.path].get_vocab() != vocabulary:
-            raise UsageError(
-                f"{spec.spec} has another vocabulary than {first.spec}; the systems must share one tokenizer, "
-                "since they read the same documents."
-            )
-    return tokenizers[first.facts.path]
 
 
 def documents_digest(sets: dict[str, dict[int, RetrievalSet]]) -> str:

@@ -1,5 +1,5 @@
-"""The options of `tisa-hf longembed`; light (argparse and tisa_hf's light modules only), so that `--help` answers
-without importing torch."""
+"""The options of `tisa-hf longembed` and `tisa-hf sts`; light (argparse and tisa_hf's light modules only),
+so that `--help` answers without importing torch."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import argparse
 from ..cli_options import add_bootstrap_arguments, positive_int
 
 DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
+DEFAULT_STS_DATA = "../shared/glue/STS-B/dev.tsv"
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TASK_NAMES = ("passkey", "needle")
 
@@ -51,4 +52,29 @@ def longembed_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="Start over instead of resuming an existing longembed.json."
     )
+    return parser
+
+
+def sts_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tisa-hf sts",
+        description="Zero-shot STS-B: Spearman (x100) of the pairs' cosine similarities against the gold scores, no "
+        "fine-tuning (sentence-transformers' evaluation of all-MiniLM-L6-v2).",
+    )
+    parser.add_argument(
+        "systems", nargs="+", help="Models, written as for `tisa-hf longembed` (minilm, a folder, tisa:...)."
+    )
+    parser.add_argument("--out", required=True, help="Folder for sts.json.")
+    parser.add_argument("--data", default=DEFAULT_STS_DATA, help="GLUE's STS-B TSV (dev.tsv: the labelled split).")
+    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    parser.add_argument(
+        "--paired",
+        nargs="+",
+        default=[],
+        metavar="REF",
+        help="Every other system's Spearman minus REF's, with a 95%% paired bootstrap interval over the pairs.",
+    )
+    add_bootstrap_arguments(parser)
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing sts.json.")
     return parser

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..adapt.checkpoints import CheckpointFacts
 from ..adapt.interpolation import INTERPOLATION_PREFIX, PositionInterpolation
@@ -93,6 +94,35 @@ class SystemSpec:
                 f"{has}. Give lengths up to {self.table_length}, or read longer documents with trunc:{model}, "
                 f"chunk:{model}, interp:{model} or a replace-mode model."
             )
+
+
+def load_tokenizer(spec: SystemSpec) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(spec.facts.path)
+    # transformers builds a tokenizer of special tokens alone for a folder without tokenizer files
+    if len(tokenizer) <= len(tokenizer.all_special_ids):
+        raise UsageError(
+            f"{spec.spec}: {spec.facts.path} has no tokenizer (no vocabulary beyond the special tokens); save the "
+            "model's tokenizer there with tokenizer.save_pretrained(...)."
+        )
+    return tokenizer
+
+
+def shared_tokenizer(systems: list[SystemSpec]) -> PreTrainedTokenizerBase:
+    """The first system's tokenizer, after checking every system has one with the same vocabulary (the
+    texts are token ids, built once for all)."""
+    tokenizers = {}
+    for spec in systems:
+        if spec.facts.path not in tokenizers:
+            tokenizers[spec.facts.path] = load_tokenizer(spec)
+    first, *others = systems
+    vocabulary = tokenizers[first.facts.path].get_vocab()
+    for spec in others:
+        if tokenizers[spec.facts.path].get_vocab() != vocabulary:
+            raise UsageError(
+                f"{spec.spec} has another vocabulary than {first.spec}; the systems must share one tokenizer, "
+                "since they read the same documents."
+            )
+    return tokenizers[first.facts.path]
 
 
 class Embedder:

@@ -1,0 +1,143 @@
+"""`tisa-hf sts`: zero-shot STS-B, the check that a long-document embedder is still a good short-text encoder.
+
+sentence-transformers' own evaluation of all-MiniLM-L6-v2 (its `EmbeddingSimilarityEvaluator`): each system
+embeds both sentences of every pair, unchanged by any fine-tuning, and the score is the Spearman correlation (x100)
+between the pairs' cosine similarities and the gold scores; Pearson beside it. Systems are given as in
+`tisa-hf longembed` (`systems.py`), so the original, an adapted folder and `tisa:replace:5:minilm` are compared on
+the same tokenized pairs. With --paired REF, every other system's Spearman minus REF's, with a 95% paired bootstrap
+interval over the pairs (the same resampled pairs for both; scipy's percentile bootstrap).
+
+The pairs' cosines are computed here rather than by the evaluator because the paired interval needs them per pair;
+tests/test_sts.py checks the score against `EmbeddingSimilarityEvaluator` on the same model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+
+from ..adapt.paired_blocks import CONFIDENCE
+from ..cli import entry
+from ..environment import machine, versions
+from ..errors import UsageError
+from ..finetune.glue_data import get_task, read_glue_tsv
+from .options import sts_parser
+from .systems import Embedder, SystemSpec, shared_tokenizer
+
+RESULTS_FILE = "sts.json"
+
+
+def read_pairs(path: str | Path) -> tuple[list[str], list[str], list[float]]:
+    """The sentence pairs and gold scores of an STS-B TSV (GLUE's layout; its checks name the file and line)."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--data {path}: no such file; give GLUE's STS-B/dev.tsv (../shared/glue/STS-B/dev.tsv).")
+    pairs = read_glue_tsv(file, get_task("stsb"))
+    return list(pairs["sentence1"]), list(pairs["sentence2"]), [float(score) for score in pairs["label"]]
+
+
+def spearman_difference(cosines: np.ndarray, reference: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman (x100) of `cosines` with `gold` minus that of `reference`."""
+    return 100 * float(stats.spearmanr(cosines, gold).statistic - stats.spearmanr(reference, gold).statistic)
+
+
+def paired_spearman(
+    cosines: list[float], reference: list[float], gold: list[float], resamples: int, seed: int
+) -> dict[str, float]:
+    arrays = tuple(np.asarray(values, dtype=float) for values in (cosines, reference, gold))
+    interval = stats.bootstrap(
+        arrays,
+        spearman_difference,
+        paired=True,
+        vectorized=False,
+        n_resamples=resamples,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return {"difference": spearman_difference(*arrays), "low": float(interval.low), "high": float(interval.high)}
+
+
+def pair_cosines(embedder: Embedder, first: list[list[int]], second: list[list[int]]) -> list[float]:
+    return (embedder.read(first) * embedder.read(second)).sum(-1).tolist()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    results = out / RESULTS_FILE
+    if results.exists() and not args.overwrite:
+        raise UsageError(f"{results} exists; choose another --out, or pass --overwrite to replace it.")
+    if len(set(args.systems)) < len(args.systems):
+        raise UsageError("A system is given twice; give each once.")
+    unknown = [reference for reference in args.paired if reference not in args.systems]
+    if unknown:
+        raise UsageError(f"--paired {' '.join(unknown)}: a reference must be one of the compared systems.")
+    first_texts, second_texts, gold = read_pairs(args.data)
+    systems = [SystemSpec.parse(spec) for spec in args.systems]
+    tokenizer = shared_tokenizer(systems)
+    first, second = (tokenizer(texts)["input_ids"] for texts in (first_texts, second_texts))
+    longest = max(map(len, first + second))
+    for spec in systems:
+        if not spec.reads(longest):
+            raise UsageError(
+                f"{args.data}: its longest sentence takes {longest} tokens, more than {spec.spec} reads (its position "
+                f"table holds {spec.table_length}); give the model as trunc:MODEL to cut sentences at its table."
+            )
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    record: dict[str, Any] = {
+        "settings": {
+            "data": str(args.data),
+            "data_sha256": hashlib.sha256(Path(args.data).read_bytes()).hexdigest(),
+            "pairs": len(gold),
+            "longest_tokens": longest,
+        },
+        "versions": versions(),
+        "machine": machine(device),
+        "results": {},
+        "paired": {},
+    }
+    cosines = {}
+    for spec in systems:
+        embedder = Embedder(spec, longest, device, args.batch_tokens)
+        cosines[spec.spec] = pair_cosines(embedder, first, second)
+        del embedder
+        record["results"][spec.spec] = {
+            "model": spec.facts.path,
+            "spearman": 100 * float(stats.spearmanr(cosines[spec.spec], gold).statistic),
+            "pearson": 100 * float(stats.pearsonr(cosines[spec.spec], gold).statistic),
+        }
+    for reference in args.paired:
+        record["paired"][reference] = {
+            name: paired_spearman(values, cosines[reference], gold, args.bootstrap, args.bootstrap_seed)
+            for name, values in cosines.items()
+            if name != reference
+        }
+    out.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(record, indent=2))
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sts_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    record = run(args)
+    for name, scores in record["results"].items():
+        print(f"{name}: Spearman {scores['spearman']:.2f}, Pearson {scores['pearson']:.2f}")
+    for reference, differences in record["paired"].items():
+        for name, paired in differences.items():
+            print(
+                f"{name} - {reference}: Spearman {paired['difference']:+.2f} "
+                f"[{paired['low']:+.2f}, {paired['high']:+.2f}]"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(entry("sts")())
