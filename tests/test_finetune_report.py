@@ -110,6 +110,17 @@ def test_seeds_keep_only_those_runs(tmp_path, capsys):
     )
 
 
+def test_several_folders_report_only_their_runs(runs, capsys):
+    assert main([str(runs / "rte" / "base"), str(runs / "rte" / "s5"), str(runs / "rte" / "base" / "0")]) == 0
+    rows = [line.split(" |")[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[1:3] == [["| baseline", " 65.0 (3)"], ["| TISA S=5 (add)", " 72.0 (1)"]]
+    assert main([str(runs / "sst2"), str(runs / "qqp")]) == 2
+    assert capsys.readouterr().err == (
+        f"tisa-hf report: No metrics.json under {runs / 'sst2'}, {runs / 'qqp'}; point report at the folder holding "
+        "the runs.\n"
+    )
+
+
 def test_no_runs_is_an_error(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert f"No metrics.json under {tmp_path}" in capsys.readouterr().err

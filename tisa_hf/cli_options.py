@@ -121,7 +121,12 @@ def report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tisa-hf report", description="Results tables of fine-tuning runs (the TISA paper's table 3 layout)."
     )
-    parser.add_argument("runs_dir", help="Folder searched (recursively) for metrics.json files.")
+    parser.add_argument(
+        "runs_dir",
+        nargs="+",
+        help="Folders searched (recursively) for metrics.json files: a sweep's output_dir, or some of its variants' "
+        "folders (the chosen rates of a learning-rate grid).",
+    )
     parser.add_argument("--out", help="Write the Markdown table here (it is printed either way).")
     parser.add_argument("--metric", action="append", default=[], help="TASK=METRIC, e.g. mrpc=f1 (repeatable).")
     parser.add_argument("--spread", action="store_true", help="Show each cell's [min, max] over seeds too.")

@@ -156,20 +156,22 @@ def label_variants(results: list[dict[str, Any]]) -> None:
 
 
 def collect(
-    runs_dir: str | Path,
+    runs_dirs: str | Path | Sequence[str | Path],
     mode: str | None = None,
     seeds: Sequence[int] | None = None,
     left_out: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every run's metrics.json under `runs_dir`, with its folder (`run_dir`) and `variant` (`label_variants`),
-    skipping with a warning a record that cannot be read (`RunFolder.read_record`) or whose metrics are not all
-    finite (a diverged run is no result: a NaN would sit in a median as if it were a seed); each skipped run is
-    appended to `left_out` as "folder: reason", so that the report can say what its tables do not hold;
-    with `mode`, only the baselines and the TISA runs of that mode; with `seeds`, only runs of those seeds (the
-    balanced part of a grid that is still running)."""
-    paths = sorted(Path(runs_dir).rglob(METRICS_FILE))
+    """Every run's metrics.json under `runs_dirs` (one folder or several; a run under two counts once), with its
+    folder (`run_dir`) and `variant` (`label_variants`), skipping with a warning a record that cannot be read
+    (`RunFolder.read_record`) or whose metrics are not all finite (a diverged run is no result: a NaN would sit in a
+    median as if it were a seed); each skipped run is appended to `left_out` as "folder: reason", so that the report
+    can say what its tables do not hold; with `mode`, only the baselines and the TISA runs of that mode; with
+    `seeds`, only runs of those seeds (the balanced part of a grid that is still running)."""
+    folders = [runs_dirs] if isinstance(runs_dirs, str | Path) else list(runs_dirs)
+    where = ", ".join(map(str, folders))
+    paths = sorted({path for folder in folders for path in Path(folder).rglob(METRICS_FILE)})
     if not paths:
-        raise UsageError(f"No {METRICS_FILE} under {runs_dir}; point report at the folder holding the runs.")
+        raise UsageError(f"No {METRICS_FILE} under {where}; point report at the folder holding the runs.")
     results = []
     for path in paths:
         try:
@@ -193,7 +195,7 @@ def collect(
         results = [result for result in results if result.get("seed") in seeds]
         if not results:
             raise UsageError(
-                f"No run of seed(s) {', '.join(map(str, seeds))} under {runs_dir}; "
+                f"No run of seed(s) {', '.join(map(str, seeds))} under {where}; "
                 f"its runs have seed(s) {', '.join(map(str, found)) or 'none recorded'}."
             )
     label_variants(results)
