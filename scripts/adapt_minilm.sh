@@ -16,6 +16,7 @@
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
 #
 #   bash scripts/adapt_minilm.sh                  # everything, into runs/adapt-minilm
+#   bash scripts/adapt_minilm.sh s5-all s0-all    # only these steps (folder names, or lm-eval, glue, s5-unadapted)
 #   STEPS=1500 bash scripts/adapt_minilm.sh       # a longer adaptation (default 900 steps: about an hour on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,9 +26,15 @@ STEPS=${STEPS:-900}
 TEXT=${TEXT:-../shared/text/wikitext-2}
 export HF_HUB_OFFLINE=1
 
-adapt() {  # adapt OUTPUT_DIR ARGS...: skipped when finished, resumed when interrupted
+ONLY=("$@")
+wanted() {  # wanted STEP: true when no steps were named, or STEP was
+    [[ ${#ONLY[@]} -eq 0 ]] || [[ " ${ONLY[*]} " == *" $1 "* ]]
+}
+
+adapt() {  # adapt OUTPUT_DIR ARGS...: skipped when finished or not wanted, resumed when interrupted
     local out=$1
     shift
+    wanted "$(basename "$out")" || return 0
     if [[ -f $out/metrics.json ]]; then
         echo "done: $out"
         return
@@ -43,7 +50,7 @@ adapt "$RUNS/s5-kernels" "${distill[@]}" --tisa.num_kernels 5 --train kernels
 adapt "$RUNS/s5-all" "${distill[@]}" --tisa.num_kernels 5 --train all
 adapt "$RUNS/s0-all" "${distill[@]}" --tisa.num_kernels 0 --train all
 
-if [[ ! -f $RUNS/s5-unadapted/config.json ]]; then
+if wanted s5-unadapted && [[ ! -f $RUNS/s5-unadapted/config.json ]]; then
     python - "$RUNS/s5-unadapted" <<'PY'
 import sys
 
@@ -58,13 +65,15 @@ AutoTokenizer.from_pretrained(path).save_pretrained(sys.argv[1])
 PY
 fi
 
-if [[ ! -f $RUNS/lm-eval/lm_eval.json ]]; then
+if wanted lm-eval && [[ ! -f $RUNS/lm-eval/lm_eval.json ]]; then
     tisa-hf lm-eval minilm interp:minilm "$RUNS/s5-unadapted" "$RUNS/s5-kernels" "$RUNS/s5-all" "$RUNS/s0-all" \
         --teacher minilm --mlm-head "$RUNS/mlm-head" --text "$TEXT/test.txt" --lengths 128 512 1024 2048 4096 \
         --paired interp:minilm "$RUNS/s0-all" --out "$RUNS/lm-eval"
 fi
 
-tisa-hf sweep --config configs/sweeps/minilm-adapted-glue.yaml
+if wanted glue; then
+    tisa-hf sweep --config configs/sweeps/minilm-adapted-glue.yaml
+fi
 
 embed=(--objective embed --tisa.mode replace --train all --lengths 128 256 512 1024 --max-steps "$STEPS"
     --train-batch-size 8 --gradient-accumulation-steps 2 --embedding-max-length 4096)

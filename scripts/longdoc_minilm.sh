@@ -1,27 +1,88 @@
 #!/usr/bin/env bash
 # The long-document experiments of docs/results-longdoc.md on the packaged all-MiniLM-L6-v2, offline, on CPU or one
-# GPU, after the adapted models of scripts/adapt_minilm.sh exist (run that first: its steps 2 and 6 make them):
-#   1. retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system on the
-#      same documents: the original model truncated at its table, chunk-and-average, position interpolation,
-#      unadapted replace S=5, the adapted replace S=5 models and their S=0 controls; paired intervals to the three
-#      baselines;
-#   2. long-document classification on Hyperpartisan (`tisa-hf classify`, 5 folds): the learning-rate grid on
-#      fold 0, then the comparison, fold by fold, so that a partial grid is balanced.
+# GPU. The adapted models come from scripts/adapt_minilm.sh (`adapt`, the first stage here, makes those it needs);
+# the other stages use the adapted models that exist and say which are still missing, so each can start early and
+# be rerun to add them:
+#   adapt     the replace S=5 model and its bag-of-words S=0 control (`adapt_minilm.sh s5-all s0-all`);
+#   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each), then
+#             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
+#             on the same documents: the original truncated at its table, chunk-and-average, position
+#             interpolation, unadapted replace S=5 and the adapted models; 256 to 4,096 tokens with 100 documents
+#             and 50 queries a length, and 8,192 tokens with 50 documents and 25 queries (there a TISA model takes
+#             about 30 s a document on 2 CPU cores); paired intervals to the three baselines;
+#   classify  Hyperpartisan (configs/sweeps/hyperpartisan-minilm.yaml): every ready variant on fold 0, the rate of
+#             each configuration chosen on fold 0's dev split (scripts/choose_rates.py), then the chosen
+#             variants on every fold, fold by fold, so that a partial grid is balanced.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
-#   bash scripts/longdoc_minilm.sh                 # everything, into runs/
-#   LENGTHS="256 512 1024" bash scripts/longdoc_minilm.sh   # a shorter retrieval sweep
+#   bash scripts/longdoc_minilm.sh                  # every stage, into runs/
+#   bash scripts/longdoc_minilm.sh embed            # one stage (or several, in the order given)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ADAPTED=${ADAPTED:-runs/adapt-minilm}
-LENGTHS=${LENGTHS:-256 512 1024 2048 4096 8192}
+HYPERPARTISAN=configs/sweeps/hyperpartisan-minilm.yaml
+BASELINES=(trunc:minilm chunk:minilm interp:minilm)
 export HF_HUB_OFFLINE=1
 
-# shellcheck disable=SC2086  # LENGTHS is a list
-tisa-hf longembed trunc:minilm chunk:minilm interp:minilm tisa:replace:5:minilm \
-    "$ADAPTED/s5-all" "$ADAPTED/s0-all" "$ADAPTED/s5-embed" "$ADAPTED/s0-embed" \
-    --lengths $LENGTHS --paired trunc:minilm chunk:minilm interp:minilm --out runs/longembed-minilm
+adapted_models() {  # the finished adapted models, one a line; the missing ones named on stderr
+    for name in s5-all s0-all s5-embed s0-embed; do
+        if [[ -f $ADAPTED/$name/metrics.json ]]; then
+            echo "$ADAPTED/$name"
+        else
+            echo "not adapted yet (scripts/adapt_minilm.sh $name): $ADAPTED/$name" >&2
+        fi
+    done
+}
 
-tisa-hf sweep --config configs/sweeps/hyperpartisan-minilm-lr.yaml
-tisa-hf sweep --config configs/sweeps/hyperpartisan-minilm.yaml
+ready_variants() {  # the sweep's variants whose model is there (the packaged one, or a finished adapted folder)
+    python - "$HYPERPARTISAN" <<'PY'
+import sys
+from pathlib import Path
+
+import yaml
+
+sweep = yaml.safe_load(Path(sys.argv[1]).read_text())
+for name, settings in sweep["variants"].items():
+    model = (settings or {}).get("model")
+    if model is None or (Path(model) / "metrics.json").is_file():
+        print(name)
+    else:
+        print(f"waiting for {model}: {name}", file=sys.stderr)
+PY
+}
+
+stage_adapt() {
+    bash scripts/adapt_minilm.sh s5-all s0-all
+}
+
+stage_embed() {
+    local adapted
+    mapfile -t adapted < <(adapted_models)
+    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired minilm --overwrite
+    local systems=("${BASELINES[@]}" tisa:replace:5:minilm "${adapted[@]}")
+    tisa-hf longembed "${systems[@]}" --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm \
+        --paired "${BASELINES[@]}"
+    tisa-hf longembed "${systems[@]}" --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192 \
+        --paired "${BASELINES[@]}"
+}
+
+stage_classify() {
+    local ready chosen
+    mapfile -t ready < <(ready_variants)
+    tisa-hf sweep --config "$HYPERPARTISAN" --folds 0 --variants "${ready[@]}"
+    read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN" --fold 0)
+    tisa-hf sweep --config "$HYPERPARTISAN" --variants "${chosen[@]}"
+}
+
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed classify)
+for stage in "${stages[@]}"; do
+    case $stage in
+        adapt | embed | classify) "stage_$stage" ;;
+        *)
+            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed or classify." >&2
+            exit 2
+            ;;
+    esac
+done

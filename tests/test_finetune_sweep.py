@@ -240,6 +240,26 @@ def test_a_model_folder_the_sweep_requires_must_exist_before_anything_is_planned
     assert len(plan(sweep)) == 12
 
 
+def test_variants_run_a_part_of_the_grid_and_need_only_the_models_they_read(tmp_path):
+    adapted = tmp_path / "adapt" / "s5-all"
+    sweep = write_fold_sweep(tmp_path, requires={str(adapted): "bash scripts/adapt_minilm.sh"})
+    variants = yaml.safe_load(sweep.read_text())["variants"]
+    variants["s5-adapted"] = {"max_seq_length": 2048, "model": str(adapted)}
+    sweep.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "variants": variants}))
+    part = plan(sweep, folds=[1], variants=["s5-2048", "head-512"])  # the file's order, not the option's
+    assert [(run.seed, run.fold, run.variant) for run in part] == [
+        (seed, 1, variant) for seed in (1, 2) for variant in ("head-512", "s5-2048")
+    ]
+    with pytest.raises(ValueError) as error:
+        plan(sweep, variants=["s5-adapted"])
+    assert str(error.value).startswith(f"Sweep file {sweep}: the model folder {adapted} does not exist yet;")
+    with pytest.raises(ValueError) as error:
+        plan(sweep, variants=["s5"])
+    assert str(error.value) == (
+        f"Sweep file {sweep}: --variants s5 not among its variants (head-512, s5-2048, s5-adapted)."
+    )
+
+
 @pytest.mark.parametrize("sweep_file", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_sweep_gives_each_run_arguments_its_command_accepts(sweep_file, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative output_dirs resolve to empty folders: every run is planned as new

@@ -77,6 +77,7 @@ def sweep_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seeds", nargs="+", type=int, help="Only these of the file's seeds.")
     parser.add_argument("--folds", nargs="+", type=int, help="Only these of the file's cross-validation folds.")
+    parser.add_argument("--variants", nargs="+", help="Only these of the file's variants.")
     return parser
 
 

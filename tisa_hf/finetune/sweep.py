@@ -24,9 +24,10 @@ reported as a run of the new settings. Sweep file keys:
     requires: {runs/adapt-minilm/s5-all: bash scripts/adapt_minilm.sh}   # optional: folders the runs read, and
                                      # what makes them; a missing one stops the sweep before anything runs
 
-`--tasks`, `--seeds` and `--folds` run a part of the grid, in the same order and into the same folders: several
-processes sharing one GPU, or several machines, each take a part (`tisa-hf sweep --config S.yaml --seeds 1
---tasks cola &`).
+`--tasks`, `--seeds`, `--folds` and `--variants` run a part of the grid, in the same order and into the same
+folders: several processes sharing one GPU, or several machines, each take a part (`tisa-hf sweep --config S.yaml
+--seeds 1 --tasks cola &`); a learning-rate grid on one fold, then its chosen variants on every fold (the first
+fold's runs are already done).
 """
 
 from __future__ import annotations
@@ -128,11 +129,12 @@ def run_status(folder: RunFolder) -> str:
     return "done" if folder.is_finished() else "resume" if folder.latest_checkpoint() is not None else "new"
 
 
-def check_required_folders(sweep_path: str | Path, required: dict[str, str]) -> None:
-    """Every folder the sweep's runs read (`requires`: {folder: what makes it}) exists; a UsageError names the
-    first missing one and what makes it."""
+def check_required_folders(sweep_path: str | Path, required: dict[str, str], unread: set[str] = frozenset()) -> None:
+    """Every folder the sweep's runs read (`requires`: {folder: what makes it}, less `unread`: the models of only
+    the variants left out of this part of the grid) exists; a UsageError names the first missing one and what
+    makes it."""
     for folder, made_by in required.items():
-        if not Path(folder).is_dir():
+        if folder not in unread and not Path(folder).is_dir():
             raise UsageError(
                 f"Sweep file {sweep_path}: the model folder {folder} does not exist yet; make it first with "
                 f"`{made_by}` (or set the path in the sweep file)."
@@ -144,20 +146,24 @@ def plan(
     tasks: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
     folds: Sequence[int] | None = None,
+    variants: Sequence[str] | None = None,
 ) -> list[PlannedRun]:
-    """Every run of the grid (or of its `tasks`, `seeds` and `folds`), seed by seed (then fold, task, variant),
-    with its command line and whether it is done, to resume, or new."""
+    """Every run of the grid (or of its `tasks`, `seeds`, `folds` and `variants`), seed by seed (then fold, task,
+    variant), with its command line and whether it is done, to resume, or new."""
     sweep = load_sweep(sweep_path)
     if folds is not None and sweep.get("folds") is None:
         raise UsageError(f"Sweep file {sweep_path}: --folds, but the sweep has no folds.")
-    for name, chosen in (("tasks", tasks), ("seeds", seeds), ("folds", folds)):
+    for name, chosen in (("tasks", tasks), ("seeds", seeds), ("folds", folds), ("variants", variants)):
         unknown = [str(value) for value in chosen or () if value not in sweep[name]]
         if unknown:
             raise UsageError(
                 f"Sweep file {sweep_path}: --{name} {', '.join(unknown)} not among its {name} "
                 f"({', '.join(map(str, sweep[name]))})."
             )
-    check_required_folders(sweep_path, sweep.get("requires") or {})
+    selected = {name: settings for name, settings in sweep["variants"].items() if variants is None or name in variants}
+    models_read = {(settings or {}).get("model", sweep["model"]) for settings in selected.values()}
+    models_left_out = {(settings or {}).get("model") for settings in sweep["variants"].values()} - models_read
+    check_required_folders(sweep_path, sweep.get("requires") or {}, models_left_out)
     module, argument_types = COMMANDS[sweep.get("command", "glue")]
     config_dir = (Path(sweep_path).parent / sweep.get("config_dir", "../glue")).resolve()
     launcher = shlex.split(sweep["launcher"]) if sweep.get("launcher") else [sys.executable]
@@ -170,7 +176,7 @@ def plan(
     for seed in (seed for seed in sweep["seeds"] if seeds is None or seed in seeds):
         for fold in fold_list:
             for task, task_config in task_configs.items():
-                for variant, variant_settings in sweep["variants"].items():
+                for variant, variant_settings in selected.items():
                     parts = [task, variant, *([] if fold is None else [f"fold-{fold}"]), f"seed-{seed}"]
                     output_dir = Path(sweep["output_dir"], *parts)
                     status = run_status(RunFolder(output_dir))
@@ -207,7 +213,7 @@ def finished_changes(
 
 def main(argv: list[str] | None = None) -> int:
     options = sweep_parser().parse_args(argv)
-    runs = plan(options.config, options.tasks, options.seeds, options.folds)
+    runs = plan(options.config, options.tasks, options.seeds, options.folds, options.variants)
     failed = []
     for index, run in enumerate(runs, start=1):
         label = f"[{index}/{len(runs)}] {run.label}"
