@@ -45,3 +45,25 @@ def direct_embedding(model, input_ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         states = model(input_ids=torch.tensor([input_ids])).last_hidden_state[0]
     return F.normalize(states.mean(0), dim=-1)
+
+
+def record_loaded_systems(monkeypatch) -> list[str]:
+    """The specs of the systems a run loads (`systems.Embedder`), in order, from now on."""
+    from tisa_hf.embeddings import systems
+
+    specs = []
+    real = systems.Embedder.__init__
+
+    def recording(self, spec, *args, **kwargs):
+        specs.append(spec.spec)
+        real(self, spec, *args, **kwargs)
+
+    monkeypatch.setattr(systems.Embedder, "__init__", recording)
+    return specs
+
+
+def parse_systems_then_options(parser, defaults: list[str], systems_and_options: tuple[str, ...]):
+    """`parser`'s arguments: the systems first (an option taking a list, such as `--lengths`, would take the
+    systems after it as its values), then `defaults`, then the given options, which win."""
+    first = next((i for i, item in enumerate(systems_and_options) if item.startswith("--")), len(systems_and_options))
+    return parser.parse_args([*systems_and_options[:first], *defaults, *systems_and_options[first:]])

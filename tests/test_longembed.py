@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from embedding_fixtures import tiny_tokenizer, write_tiny_encoder
+from embedding_fixtures import parse_systems_then_options, record_loaded_systems, tiny_tokenizer, write_tiny_encoder
 from transformers import AutoModel
 
 from tests.fixtures import WORDS
@@ -18,7 +18,7 @@ from tisa_hf.adapt.text import tokenize_articles
 from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
-from tisa_hf.embeddings import longembed, systems  # noqa: E402
+from tisa_hf.embeddings import longembed  # noqa: E402
 from tisa_hf.embeddings.facts import NAMES, needle_facts  # noqa: E402
 from tisa_hf.embeddings.options import longembed_parser  # noqa: E402
 from tisa_hf.embeddings.systems import Embedder, SystemSpec  # noqa: E402
@@ -112,23 +112,12 @@ def arguments(workspace, out, *systems_and_options: str):
     systems, then options) say else."""
     defaults = ["--out", str(out), "--text", str(workspace / "text.txt"), "--documents", "6", "--queries", "4"]
     defaults += ["--bootstrap", "200", "--lengths", "120", "200"]
-    first = next((i for i, item in enumerate(systems_and_options) if item.startswith("--")), len(systems_and_options))
-    # the systems first: `--lengths` would take the systems after it as lengths
-    return longembed_parser().parse_args([*systems_and_options[:first], *defaults, *systems_and_options[first:]])
+    return parse_systems_then_options(longembed_parser(), defaults, systems_and_options)
 
 
 @pytest.fixture
 def loaded(monkeypatch):
-    """The specs of the systems a run loads, in order."""
-    specs = []
-    real = systems.Embedder.__init__
-
-    def recording(self, spec, *args, **kwargs):
-        specs.append(spec.spec)
-        real(self, spec, *args, **kwargs)
-
-    monkeypatch.setattr(systems.Embedder, "__init__", recording)
-    return specs
+    return record_loaded_systems(monkeypatch)
 
 
 def test_a_run_writes_every_cell_resumes_and_pairs_on_the_same_queries(workspace, tmp_path, loaded):

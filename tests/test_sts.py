@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from embedding_fixtures import WORDS, write_tiny_encoder
+from embedding_fixtures import WORDS, parse_systems_then_options, record_loaded_systems, write_tiny_encoder
 from scipy import stats
 
 from tisa_hf.errors import UsageError
@@ -17,7 +17,7 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator  # noqa: E402
 
-from tisa_hf.embeddings import sts, systems  # noqa: E402
+from tisa_hf.embeddings import sts  # noqa: E402
 from tisa_hf.embeddings.options import sts_parser  # noqa: E402
 
 HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
@@ -44,22 +44,12 @@ def workspace(tmp_path_factory):
 
 def arguments(workspace, out, *systems_and_options: str):
     defaults = ["--out", str(out), "--data", str(workspace / "dev.tsv"), "--bootstrap", "200"]
-    first = next((i for i, item in enumerate(systems_and_options) if item.startswith("--")), len(systems_and_options))
-    return sts_parser().parse_args([*systems_and_options[:first], *defaults, *systems_and_options[first:]])
+    return parse_systems_then_options(sts_parser(), defaults, systems_and_options)
 
 
 @pytest.fixture
 def loaded(monkeypatch):
-    """The specs of the systems a run loads, in order."""
-    specs = []
-    real = systems.Embedder.__init__
-
-    def recording(self, spec, *args, **kwargs):
-        specs.append(spec.spec)
-        real(self, spec, *args, **kwargs)
-
-    monkeypatch.setattr(systems.Embedder, "__init__", recording)
-    return specs
+    return record_loaded_systems(monkeypatch)
 
 
 def test_scores_equal_sentence_transformers_evaluator_and_pairs_on_the_same_pairs(workspace, tmp_path, loaded):

@@ -112,6 +112,19 @@ def dropout_rate(text: str) -> float:
     return value
 
 
+def add_paired_arguments(parser: argparse.ArgumentParser, difference: str, over: str) -> None:
+    """--paired REF... (every other compared item's `difference` to REF, with a 95% bootstrap interval `over` what
+    is resampled) and the bootstrap's resamples and seed."""
+    parser.add_argument(
+        "--paired",
+        nargs="+",
+        default=[],
+        metavar="REF",
+        help=f"Every other {difference} (REF one of those compared), with a 95%% bootstrap interval over {over}.",
+    )
+    add_bootstrap_arguments(parser)
+
+
 def add_bootstrap_arguments(parser: argparse.ArgumentParser) -> None:
     """The resamples and seed of a command's --paired intervals."""
     parser.add_argument("--bootstrap", type=positive_int, default=1000, help="Bootstrap resamples for --paired.")
@@ -169,14 +182,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
     parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
-    parser.add_argument(
-        "--paired",
-        nargs="+",
-        default=[],
-        metavar="REF",
-        help="Every other model's difference to REF (one of the models), with a 95%% bootstrap interval over blocks.",
-    )
-    add_bootstrap_arguments(parser)
+    add_paired_arguments(parser, "model's difference to REF", "blocks")
     parser.add_argument(
         "--overwrite",
         action="store_true",

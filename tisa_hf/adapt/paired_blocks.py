@@ -7,6 +7,7 @@ difference: scipy's paired percentile bootstrap, with this ratio of sums as the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,24 @@ CONFIDENCE = 0.95
 
 def _difference_of_ratios(sums: np.ndarray, reference: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
     return (sums.sum(axis) - reference.sum(axis)) / weights.sum(axis)
+
+
+def paired_interval(
+    samples: tuple[np.ndarray, ...], statistic: Callable, resamples: int, seed: int, vectorized: bool = False
+) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of `statistic(*samples)`, resampling the samples' items together
+    (paired): the same blocks, queries or pairs for both sides of a difference."""
+    interval = stats.bootstrap(
+        samples,
+        statistic,
+        paired=True,
+        vectorized=vectorized,
+        n_resamples=resamples,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return float(interval.low), float(interval.high)
 
 
 def paired_difference(
@@ -30,17 +49,10 @@ def paired_difference(
     difference = float(_difference_of_ratios(sums_array, reference_array, weights_array))
     if len(weights_array) < 2:
         return {"difference": difference, "low": None, "high": None}
-    interval = stats.bootstrap(
-        (sums_array, reference_array, weights_array),
-        _difference_of_ratios,
-        paired=True,
-        vectorized=True,
-        n_resamples=resamples,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
-    return {"difference": difference, "low": float(interval.low), "high": float(interval.high)}
+    low, high = paired_interval(
+        (sums_array, reference_array, weights_array), _difference_of_ratios, resamples, seed, vectorized=True
+    )
+    return {"difference": difference, "low": low, "high": high}
 
 
 def paired_to(

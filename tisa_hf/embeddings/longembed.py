@@ -35,7 +35,7 @@ from ..environment import machine, versions
 from ..errors import UsageError
 from .facts import NAMES
 from .options import longembed_parser
-from .systems import Embedder, SystemSpec, shared_tokenizer
+from .systems import Embedder, SystemSpec, check_system_names, shared_tokenizer
 from .tasks import RetrievalSet, build_task, text_haystack
 
 logger = logging.getLogger(__name__)
@@ -73,11 +73,7 @@ def check_settings(args: argparse.Namespace) -> dict[str, Any] | None:
         raise UsageError(f"--documents {args.documents}: there are {len(NAMES)} needles, so at most {len(NAMES)}.")
     if args.queries > args.documents:
         raise UsageError(f"--queries {args.queries} is more than --documents {args.documents}; each asks for one.")
-    if len(set(args.systems)) < len(args.systems):
-        raise UsageError("A system is given twice; give each once.")
-    unknown = [reference for reference in args.paired if reference not in args.systems]
-    if unknown:
-        raise UsageError(f"--paired {' '.join(unknown)}: a reference must be one of the compared systems.")
+    check_system_names(args.systems, args.paired)
     results = Path(args.out) / RESULTS_FILE
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a file; give a folder.")

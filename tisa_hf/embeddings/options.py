@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_options import add_bootstrap_arguments, positive_int
+from ..cli_options import add_paired_arguments, positive_int
 
 DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
 DEFAULT_STS_DATA = "../shared/glue/STS-B/dev.tsv"
@@ -40,15 +40,7 @@ def longembed_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the documents (needles, keys, positions).")
     parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
-    parser.add_argument(
-        "--paired",
-        nargs="+",
-        default=[],
-        metavar="REF",
-        help="Every other system's Acc@1 minus REF's (one of the systems), with a 95%% bootstrap interval over "
-        "queries.",
-    )
-    add_bootstrap_arguments(parser)
+    add_paired_arguments(parser, "system's Acc@1 minus REF's", "the queries")
     parser.add_argument(
         "--overwrite", action="store_true", help="Start over instead of resuming an existing longembed.json."
     )
@@ -68,13 +60,6 @@ def sts_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", default=DEFAULT_STS_DATA, help="GLUE's STS-B TSV (dev.tsv: the labelled split).")
     parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
-    parser.add_argument(
-        "--paired",
-        nargs="+",
-        default=[],
-        metavar="REF",
-        help="Every other system's Spearman minus REF's, with a 95%% paired bootstrap interval over the pairs.",
-    )
-    add_bootstrap_arguments(parser)
+    add_paired_arguments(parser, "system's Spearman minus REF's", "the pairs")
     parser.add_argument("--overwrite", action="store_true", help="Replace an existing sts.json.")
     return parser

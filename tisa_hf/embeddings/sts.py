@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from scipy import stats
 
-from ..adapt.paired_blocks import CONFIDENCE
+from ..adapt.paired_blocks import paired_interval
 from ..cli import entry
 from ..environment import machine, versions
 from ..errors import UsageError
 from ..finetune.glue_data import get_task, read_glue_tsv
 from .options import sts_parser
-from .systems import Embedder, SystemSpec, shared_tokenizer
+from .systems import Embedder, SystemSpec, check_system_names, shared_tokenizer
 
 RESULTS_FILE = "sts.json"
 
@@ -53,17 +53,8 @@ def paired_spearman(
     cosines: list[float], reference: list[float], gold: list[float], resamples: int, seed: int
 ) -> dict[str, float]:
     arrays = tuple(np.asarray(values, dtype=float) for values in (cosines, reference, gold))
-    interval = stats.bootstrap(
-        arrays,
-        spearman_difference,
-        paired=True,
-        vectorized=False,
-        n_resamples=resamples,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
-    return {"difference": spearman_difference(*arrays), "low": float(interval.low), "high": float(interval.high)}
+    low, high = paired_interval(arrays, spearman_difference, resamples, seed)
+    return {"difference": spearman_difference(*arrays), "low": low, "high": high}
 
 
 def pair_cosines(embedder: Embedder, first: list[list[int]], second: list[list[int]]) -> list[float]:
@@ -75,11 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results = out / RESULTS_FILE
     if results.exists() and not args.overwrite:
         raise UsageError(f"{results} exists; choose another --out, or pass --overwrite to replace it.")
-    if len(set(args.systems)) < len(args.systems):
-        raise UsageError("A system is given twice; give each once.")
-    unknown = [reference for reference in args.paired if reference not in args.systems]
-    if unknown:
-        raise UsageError(f"--paired {' '.join(unknown)}: a reference must be one of the compared systems.")
+    check_system_names(args.systems, args.paired)
     first_texts, second_texts, gold = read_pairs(args.data)
     systems = [SystemSpec.parse(spec) for spec in args.systems]
     tokenizer = shared_tokenizer(systems)

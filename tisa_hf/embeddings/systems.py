@@ -96,6 +96,15 @@ class SystemSpec:
             )
 
 
+def check_system_names(systems: list[str], references: list[str]) -> None:
+    """Each system given once, and every --paired reference one of them."""
+    if len(set(systems)) < len(systems):
+        raise UsageError("A system is given twice; give each once.")
+    unknown = [reference for reference in references if reference not in systems]
+    if unknown:
+        raise UsageError(f"--paired {' '.join(unknown)}: a reference must be one of the compared systems.")
+
+
 def load_tokenizer(spec: SystemSpec) -> PreTrainedTokenizerBase:
     tokenizer = AutoTokenizer.from_pretrained(spec.facts.path)
     # transformers builds a tokenizer of special tokens alone for a folder without tokenizer files
