@@ -95,3 +95,18 @@ def test_a_setting_newer_than_the_saved_run_counts_as_its_default_on_resume(tmp_
         folder.check({**current, "embedding_max_length": 4096}, resume=True, overwrite=False, defaults=defaults)
     with pytest.raises(UsageError, match=r"embedding_max_length: '\(not set\)' -> None\. "):
         folder.check(current, resume=True, overwrite=False)  # without the defaults, a missing setting differs
+
+
+def test_clearing_for_a_new_run_removes_the_old_runs_records_and_sentence_transformers_files(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    outside = tmp_path / "outside"
+    for path in ("run/checkpoints/step-2", "run/1_Pooling", "run/2_Normalize", "outside"):
+        (tmp_path / path).mkdir(parents=True)
+    modules = [{"idx": 0, "path": ""}, {"idx": 1, "path": "1_Pooling"}, {"idx": 2, "path": "2_Normalize"}]
+    (tmp_path / "run" / "modules.json").write_text(json.dumps([*modules, {"idx": 3, "path": "../outside"}]))
+    for name in ("metrics.json", "predictions.json", "sentence_bert_config.json", "config.json", "model.safetensors"):
+        (tmp_path / "run" / name).write_text("{}")
+    (tmp_path / "run" / "1_Pooling" / "config.json").write_text("{}")
+    folder.clear()
+    assert sorted(path.name for path in folder.path.iterdir()) == ["config.json", "model.safetensors"]
+    assert outside.is_dir()

@@ -13,13 +13,13 @@ from dataclasses import replace
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoModel, PreTrainedConfig, PreTrainedModel
 
-from .adapters import EncoderAdapter
+from .adapters import EncoderAdapter, find_base_model
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
-from .model_configs import TisaConfigMixin
+from .model_configs import TisaConfigMixin, plain_model_config
 from .names import BIAS_ATTRIBUTE, SITE_ATTRIBUTE
 from .profiles import extract_positional_profiles
 
@@ -155,6 +155,19 @@ def check_finite_kernels(base: PreTrainedModel, where: str) -> None:
 def position_table_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int:
     """Positions the table holds for real tokens."""
     return adapter.position_rows(base).shape[0]
+
+
+def model_table_length(model: nn.Module) -> int:
+    """Positions the table of `model` (any model with a supported encoder inside) holds for real tokens."""
+    return position_table_length(*find_base_model(model))
+
+
+def config_table_length(config: PreTrainedConfig) -> int:
+    """Positions the table of the architecture `config` describes holds for real tokens (RoBERTa's start after
+    padding_idx), read from the architecture built on the meta device, where the adapter knows the table: no
+    weights load. A ValueError for an architecture TISA does not support."""
+    with torch.device("meta"):
+        return model_table_length(AutoModel.from_config(plain_model_config(config)))
 
 
 def tisa_config_of(model: nn.Module) -> TisaConfig | None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedConfig
+from transformers import AutoConfig, AutoModelForMaskedLM, PreTrainedConfig
 
-from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..errors import UsageError
 from ..hub_access import model_source
 from ..model_configs import plain_model_config
-from ..patching import position_table_length
+from ..patching import config_table_length
 from .objectives import mlm_head_of
 
 # Architectures whose checkpoints hold an MLM head that AutoModelForMaskedLM loads.
@@ -45,15 +44,13 @@ class CheckpointFacts:
             raise UsageError(f"Could not read a model config from {name!r}: {error}".splitlines()[0]) from error
         architectures = tuple(config.architectures or ())
         tisa = getattr(config, "tisa", None)
-        with torch.device("meta"):  # the architecture without its weights
-            base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
         return cls(
             name=name,
             path=path,
             config=config,
             tisa=TisaConfig.from_value(tisa) if tisa else None,
             has_mlm_head=any(name.endswith(MLM_HEAD_SUFFIXES) for name in architectures),
-            table_length=position_table_length(base, adapter),
+            table_length=config_table_length(config),
             architectures=architectures,
             vocab_size=config.vocab_size,
             local_files_only=source.local_files_only,

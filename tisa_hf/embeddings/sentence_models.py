@@ -25,12 +25,11 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..errors import UsageError
 from ..modeling import patch
 from ..packaged import resolve_model
-from ..patching import position_table_length, tisa_config_of
+from ..patching import model_table_length, tisa_config_of
 
 try:
     from sentence_transformers import SentenceTransformer
@@ -73,12 +72,6 @@ def check_reading_limit(table: int, tisa: TisaConfig | None, requested: int | No
     return limit
 
 
-def table_length(model: PreTrainedModel) -> int:
-    """Positions `model`'s table holds for real tokens."""
-    base, adapter = find_base_model(model)
-    return position_table_length(base, adapter)
-
-
 def _transformer_of(model: SentenceTransformer) -> PreTrainedModel:
     """The transformers model inside a sentence-transformers model's first module."""
     first = model[0]
@@ -110,7 +103,9 @@ def to_tisa_sentence_transformer(
     encoder = _transformer_of(model)
     if tisa_config_of(encoder) is not None:
         raise UsageError(f"The model already has TISA ({tisa_config_of(encoder)}); give the model it was made from.")
-    limit = check_reading_limit(table_length(encoder), tisa, max_seq_length, model.max_seq_length)  # before the fit
+    limit = check_reading_limit(
+        model_table_length(encoder), tisa, max_seq_length, model.max_seq_length
+    )  # before the fit
     patch(encoder, tisa)
     model.max_seq_length = limit
     return model
@@ -121,7 +116,7 @@ def save_sentence_transformer(model: SentenceTransformer, folder: str | Path) ->
     does not write (a `replace` model would reload cut at its position table)."""
     require_sentence_transformers()
     encoder = _transformer_of(model)
-    limit = check_reading_limit(table_length(encoder), tisa_config_of(encoder), model.max_seq_length, None)
+    limit = check_reading_limit(model_table_length(encoder), tisa_config_of(encoder), model.max_seq_length, None)
     folder = Path(folder)
     model.save(str(folder))
     _record_limit(folder, limit)
@@ -151,7 +146,7 @@ def write_sentence_transformer(
         raise UsageError(f"{folder} already holds a sentence-transformers model; choose another folder or overwrite.")
     base_folder, base_modules = _base_of(base)
     default = _transformer_settings(base_folder, base_modules).get("max_seq_length", tokenizer.model_max_length)
-    limit = check_reading_limit(table_length(model), tisa_config_of(model), max_seq_length, default)
+    limit = check_reading_limit(model_table_length(model), tisa_config_of(model), max_seq_length, default)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     reading_tokenizer(tokenizer, limit).save_pretrained(folder)

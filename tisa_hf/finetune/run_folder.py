@@ -47,6 +47,8 @@ BEST_MODEL_FILE = "model.safetensors"
 LOCK_FILE = "writer.lock"
 LOCK_HOLDER_FILE = "writer.pid"
 # What every reader of a record needs (a report's table); readers needing more name their own keys.
+# The files that make a folder a sentence-transformers model, beside its module folders
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 RECORD_KEYS = ("task", "model", "tisa", "metrics")
 # The record of a document-classification run's data (`tisa-hf classify`): its source, classes and truncation. It
 # marks such runs, whose metrics are per split (validation, test).
@@ -208,11 +210,23 @@ class RunFolder:
     # Clearing and creating.
     def clear(self) -> None:
         """Removes a previous run's checkpoints (and best models), tracker logs, metrics and predictions, before
-        training again from scratch into the folder (its saved model is replaced when the new run finishes)."""
-        for folder in (self.checkpoints_dir, self.logs_dir):
+        training again from scratch into the folder (its saved model is replaced when the new run finishes), and
+        its sentence-transformers files: a new run that writes none would otherwise leave the folder loading as
+        the old pipeline (its pooling, its `max_seq_length`)."""
+        for folder in (self.checkpoints_dir, self.logs_dir, *self.sentence_transformers_modules()):
             shutil.rmtree(folder, ignore_errors=True)
-        for path in (self.metrics_file, self.predictions_file):
+        for path in (self.metrics_file, self.predictions_file, *(self.path / name for name in SENTENCE_FILES)):
             path.unlink(missing_ok=True)
+
+    def sentence_transformers_modules(self) -> list[Path]:
+        """The module folders the run folder's modules.json names (`1_Pooling`, ...), inside the folder."""
+        try:
+            modules = json.loads((self.path / "modules.json").read_text())
+        except (OSError, ValueError):
+            return []
+        folders = [self.path / str(module.get("path", "")) for module in modules if isinstance(module, dict)]
+        inside = self.path.resolve()
+        return [folder for folder in folders if folder.resolve() != inside and folder.resolve().parent == inside]
 
     def create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

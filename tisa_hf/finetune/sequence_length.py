@@ -6,28 +6,22 @@ an input longer than it would fail in the first forward (or, for some architectu
 
 from __future__ import annotations
 
-import torch
-from transformers import AutoModel, PreTrainedConfig
+from transformers import PreTrainedConfig
 
-from ..adapters import find_base_model
 from ..config import TisaConfig
 from ..errors import UsageError
-from ..model_configs import plain_model_config
-from ..patching import position_table_length
+from ..patching import config_table_length
 
 
 def position_limit(config: PreTrainedConfig, tisa: TisaConfig | None) -> int | None:
-    """Tokens an input may have: the rows of the position table real tokens use (RoBERTa's start after
-    padding_idx), read from the architecture built on the meta device, where the adapter knows the table; None when
-    the model reads any length (TISA `replace` mode) or its architecture is one TISA does not support."""
+    """Tokens an input may have: the rows of the position table real tokens use (`config_table_length`); None
+    when the model reads any length (TISA `replace` mode) or its architecture is one TISA does not support."""
     if tisa is not None and tisa.mode == "replace":
         return None
     try:
-        with torch.device("meta"):  # the architecture without its weights
-            base, adapter = find_base_model(AutoModel.from_config(plain_model_config(config)))
+        return config_table_length(config)
     except ValueError:  # an architecture TISA does not support: nothing here knows its table
         return None
-    return position_table_length(base, adapter)
 
 
 def check_sequence_length(
