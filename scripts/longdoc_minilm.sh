@@ -3,7 +3,8 @@
 # GPU. The adapted models come from scripts/adapt_minilm.sh (`adapt`, the first stage here, makes those it needs);
 # the other stages use the adapted models that exist and say which are still missing, so each can start early and
 # be rerun to add them:
-#   adapt     the replace S=5 model and its bag-of-words S=0 control (`adapt_minilm.sh s5-all s0-all`);
+#   adapt     the replace S=5 model and its bag-of-words S=0 control, distilled on token states, and the replace
+#             S=5 model adapted on the pooled embedding (`adapt_minilm.sh s5-all s0-all s5-embed`);
 #   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
 #             on the same documents: the original truncated at its table, chunk-and-average, position
@@ -53,7 +54,7 @@ PY
 }
 
 stage_adapt() {
-    bash scripts/adapt_minilm.sh s5-all s0-all
+    bash scripts/adapt_minilm.sh s5-all s0-all s5-embed
 }
 
 stage_embed() {
