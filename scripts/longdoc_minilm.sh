@@ -61,7 +61,7 @@ stage_embed() {
     local adapted
     mapfile -t adapted < <(adapted_models)
     tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired minilm --overwrite
-    local systems=("${BASELINES[@]}" tisa:replace:5:minilm "${adapted[@]}")
+    local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
     tisa-hf longembed "${systems[@]}" --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm \
         --paired "${BASELINES[@]}"
     tisa-hf longembed "${systems[@]}" --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192 \
