@@ -123,3 +123,22 @@ def test_paired_needs_a_known_row(fold_runs, capsys):
         "tisa-hf report: --paired 'baseline': no such variant for minilm; its variants are TISA S=5 (replace), head "
         "2048, baseline, head 512.\n"
     )
+
+
+def test_a_task_of_three_classes_shows_no_positive_class_f1(tmp_path, capsys):
+    run_dir = tmp_path / "three" / "fold-0" / "seed-1"
+    run_dir.mkdir(parents=True)
+    record = {
+        "task": "topics",
+        "model": "minilm",
+        "tisa": None,
+        "seed": 1,
+        "metrics": {"validation": {"accuracy": 0.5}, "test": {"accuracy": 0.625, "macro_f1": 0.6}},
+        "config": {"fold": 0, "seed": 1, "output_dir": str(run_dir), "learning_rate": 3e-5},
+        "documents": {"labels": ["a", "b", "c"], "positive": None, "data": "fake", "truncation": {}},
+    }
+    (run_dir / "metrics.json").write_text(json.dumps(record))
+    assert main([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "| 62.5 ± 0.0 | n/a | 1 x 1 |" in text and "| 62.5 / n/a |" in text
+    assert "n/a: a task of more than two classes has no positive class" in text

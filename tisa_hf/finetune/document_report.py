@@ -26,6 +26,7 @@ from .run_folder import DOCUMENTS_KEY
 
 TEST = "test"
 COLUMNS = (("Accuracy", "accuracy"), ("F1", "f1"))  # (column, metric): F1 of the positive class
+NO_F1 = "n/a"  # the F1 cell of a task without a positive class
 
 
 def _vocabulary(result: dict[str, Any]) -> LabelVocabulary:
@@ -80,6 +81,10 @@ def fold_table(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
     return table
 
 
+def _points(value: float) -> str:
+    return NO_F1 if np.isnan(value) else f"{value:.1f}"
+
+
 def render(table: dict[tuple[str, str], dict[str, Any]]) -> str:
     """Per model: the cross-validated table, then the per-fold one."""
     blocks = []
@@ -91,21 +96,25 @@ def render(table: dict[tuple[str, str], dict[str, Any]]) -> str:
         lines.append("|---" * 4 + "|")
         for variant in variants:
             entry = table[(model, variant)]
-            cells = [f"{entry[metric]['mean']:.1f} ± {entry[metric]['sd']:.1f}" for _, metric in COLUMNS]
+            cells = [
+                NO_F1 if np.isnan(entry[metric]["mean"]) else f"{entry[metric]['mean']:.1f} ± {entry[metric]['sd']:.1f}"
+                for _, metric in COLUMNS
+            ]
             lines.append(f"| {variant} | {' | '.join(cells)} | {len(entry['folds'])} x {len(entry['seeds'])} |")
         lines += ["", f"### {model}: test accuracy / F1 per fold", "", "| | " + " | ".join(names) + " |"]
         lines.append("|---" * (len(names) + 1) + "|")
         for variant in variants:
             per_fold = table[(model, variant)]["folds"]
             cells = [
-                f"{per_fold[fold]['accuracy']:.1f} / {per_fold[fold]['f1']:.1f}" if fold in per_fold else ""
+                f"{per_fold[fold]['accuracy']:.1f} / {_points(per_fold[fold]['f1'])}" if fold in per_fold else ""
                 for fold in folds
             ]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         blocks.append("\n".join(lines))
     note = (
         "Cells: test score in points (F1 of the positive class), the mean over folds of each fold's mean over "
-        "seeds ± the standard deviation over folds; per fold, the mean over seeds."
+        f"seeds ± the standard deviation over folds; per fold, the mean over seeds. {NO_F1}: a task of more than two "
+        "classes has no positive class (its main metric, macro-F1, is in metrics.json)."
     )
     return "\n\n".join(blocks) + "\n\n" + note + "\n"
 
