@@ -137,6 +137,11 @@ def test_a_run_writes_every_cell_resumes_and_pairs_on_the_same_queries(workspace
     ours, theirs = (saved["results"][name]["needle"]["200"]["correct"] for name in (bag, trunc))
     assert difference["difference"] == pytest.approx((sum(ours) - sum(theirs)) / 4)
     assert difference["low"] <= difference["difference"] <= difference["high"]
+    tables = (tmp_path / "out" / "longembed.md").read_text()
+    needle = saved["results"][bag]["needle"]
+    assert f"| {bag} | {needle['120']['acc_at_1']:.2f} | {needle['200']['acc_at_1']:.2f} |" in tables
+    low, high = f"{difference['low']:+.2f}", f"{difference['high']:+.2f}"
+    assert f"| {difference['difference']:+.2f} [{low}, {high}]" in tables.split(f"needle: Acc@1 minus {trunc}'s")[1]
 
     loaded.clear()  # a rerun with one more system measures only that system's cells
     longembed.run(arguments(workspace, tmp_path / "out", trunc, bag, chunk, "--paired", trunc))

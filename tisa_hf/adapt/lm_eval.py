@@ -46,6 +46,7 @@ from ..cli_options import lm_eval_parser
 from ..environment import checked_device, machine, versions
 from ..errors import UsageError
 from ..hub_access import loading_errors, model_remedy, model_source
+from ..markdown import markdown_table, paired_cell
 from .checkpoints import CheckpointFacts
 from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
 from .lm_eval_output import FinishedCells, check_writable, replace_atomically, write_text_atomically
@@ -407,21 +408,6 @@ def measured(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def _table(lengths: list[str], rows: dict[str, list[str]]) -> str:
-    header = [f"| model | {' | '.join(lengths)} |", f"|---|{'---:|' * len(lengths)}"]
-    return "\n".join(header + [f"| {name} | {' | '.join(cells)} |" for name, cells in rows.items()])
-
-
-def _paired_cell(entry: dict[str, float | None] | None, decimals: int) -> str:
-    if entry is None:
-        return "–"
-    difference = f"{entry['difference']:+.{decimals}f}"
-    if entry["low"] is None:
-        return difference
-    excludes_zero = entry["low"] > 0 or entry["high"] < 0
-    return f"{difference} [{entry['low']:+.{decimals}f}, {entry['high']:+.{decimals}f}]{'*' if excludes_zero else ''}"
-
-
 def format_tables(record: dict[str, Any]) -> str:
     """A Markdown table per measure (a row per model, a column per length; "–" where a model cannot be measured:
     a length beyond its position table, or beyond the teacher's for agreement), then per --paired reference and
@@ -433,16 +419,17 @@ def format_tables(record: dict[str, Any]) -> str:
             name: ["–" if model[measure][n] is None else f"{model[measure][n]:.{DECIMALS[measure]}f}" for n in lengths]
             for name, model in record["models"].items()
         }
-        sections.append(f"{MEASURES[measure].capitalize()}, per input length (tokens):\n\n{_table(lengths, rows)}")
+        table = markdown_table(lengths, rows)
+        sections.append(f"{MEASURES[measure].capitalize()}, per input length (tokens):\n\n{table}")
     for reference, paired in record["paired"].items():
         for measure in measured(record):
             rows = {
-                name: [_paired_cell(entry[measure][n], DECIMALS[measure]) for n in lengths]
+                name: [paired_cell(entry[measure][n], DECIMALS[measure]) for n in lengths]
                 for name, entry in paired.items()
             }
             sections.append(
                 f"{MEASURES[measure].capitalize()}, minus {reference}'s (95% bootstrap interval over blocks; * "
-                f"excludes 0):\n\n{_table(lengths, rows)}"
+                f"excludes 0):\n\n{markdown_table(lengths, rows)}"
             )
     return "\n\n".join(sections) + "\n"
 

@@ -9,7 +9,8 @@ queries for both; tisa_hf/adapt/paired_blocks.py with one query per block).
 Everything that can be wrong (settings, output folder, systems' configs and tokenizers, lengths against the
 tables, the text) is checked and the documents are built before any model loads. OUT/longembed.json is
 rewritten after every finished (system, task, length) cell; a rerun with the same settings and documents skips
-the finished cells (and may add systems), --overwrite starts over. OUT/longembed.png plots Acc@1 against length.
+the finished cells (and may add systems), --overwrite starts over. OUT/longembed.md holds the tables and
+OUT/longembed.png plots Acc@1 against length.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..adapt.paired_blocks import paired_difference
 from ..cli import entry
 from ..environment import machine, versions
 from ..errors import UsageError
+from ..markdown import markdown_table, paired_cell
 from .facts import NAMES
 from .options import longembed_parser
 from .systems import Embedder, SystemSpec, check_system_names, shared_tokenizer
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "longembed.json"
 PLOT_FILE = "longembed.png"
+TABLES_FILE = "longembed.md"
 LENGTH_UNIT = "tokens of the models' tokenizer, [CLS] and [SEP] included"
 
 
@@ -178,6 +181,34 @@ def plot_accuracy(record: dict[str, Any], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def format_tables(record: dict[str, Any]) -> str:
+    """Markdown: per task, Acc@1 of every system per length ("–" where not measured), then per --paired reference
+    the other systems' differences with their intervals; last, each system's wall time over its cells."""
+    lengths = [str(length) for length in record["settings"]["lengths"]]
+    queries = record["settings"]["queries"]
+    sections = []
+    for task in record["settings"]["tasks"]:
+        rows = {
+            name: [f"{results[task][n]['acc_at_1']:.2f}" if n in results.get(task, {}) else "–" for n in lengths]
+            for name, results in record["results"].items()
+        }
+        title = f"{task}: Acc@1 per document length (tokens), {queries} queries a length"
+        sections.append(f"{title}:\n\n{markdown_table(lengths, rows, 'system')}")
+        for reference, paired in record["paired"].items():
+            rows = {
+                name: [paired_cell(by_task.get(task, {}).get(n), 2) for n in lengths]
+                for name, by_task in paired.items()
+            }
+            title = f"{task}: Acc@1 minus {reference}'s (95% bootstrap interval over queries; * excludes 0)"
+            sections.append(f"{title}:\n\n{markdown_table(lengths, rows, 'system')}")
+    times = {
+        name: [f"{sum(cell['wall_time_s'] for cells in results.values() for cell in cells.values()) / 60:.1f}"]
+        for name, results in record["results"].items()
+    }
+    sections.append(f"Wall time over the measured cells:\n\n{markdown_table(['minutes'], times, 'system')}")
+    return "\n\n".join(sections) + "\n"
+
+
 def write_record(record: dict[str, Any], out: Path) -> None:
     """The record, replaced whole (a kill mid-write leaves the previous one)."""
     partial = out / f"{RESULTS_FILE}.partial"
@@ -238,6 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
     }
     write_record(record, out)
+    (out / TABLES_FILE).write_text(format_tables(record))
     plot_accuracy(record, out / PLOT_FILE)
     return record
 

@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     cosines = {}
     for spec in systems:
+        started = time.perf_counter()
         embedder = Embedder(spec, longest, device, args.batch_tokens)
         cosines[spec.spec] = pair_cosines(embedder, first, second)
         del embedder
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "model": spec.facts.path,
             "spearman": 100 * float(stats.spearmanr(cosines[spec.spec], gold).statistic),
             "pearson": 100 * float(stats.pearsonr(cosines[spec.spec], gold).statistic),
+            "wall_time_s": round(time.perf_counter() - started, 1),  # loading (and a TISA fit) included
         }
     for reference in args.paired:
         record["paired"][reference] = {
