@@ -8,16 +8,18 @@
 #   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
 #             on the same documents: the original truncated at its table, chunk-and-average, position
-#             interpolation, unadapted replace S=5 and the adapted models; 256 to 4,096 tokens with 100 documents
-#             and 50 queries a length, and 8,192 tokens with 50 documents and 25 queries (there a TISA model takes
-#             about 30 s a document on 2 CPU cores); paired intervals to the three baselines;
+#             interpolation, the adapted models and unadapted replace S=5; 256 to 4,096 tokens with 100
+#             documents and 50 queries a length; paired intervals to the three baselines (about 25 minutes a
+#             TISA model on 2 CPU cores);
+#   embed-8192  the same at 8,192 tokens with 50 documents and 25 queries (a TISA model reads such a document
+#             in about 20 s on 2 CPU cores: about 40 minutes a TISA model);
 #   classify  Hyperpartisan (configs/sweeps/hyperpartisan-minilm.yaml): every ready variant on fold 0, the rate of
 #             each configuration chosen on fold 0's dev split (scripts/choose_rates.py), then the chosen
 #             variants on every fold, fold by fold, so that a partial grid is balanced.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage, into runs/
-#   bash scripts/longdoc_minilm.sh embed            # one stage (or several, in the order given)
+#   bash scripts/longdoc_minilm.sh adapt embed      # some stages, in the order given
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,15 +59,22 @@ stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed
 }
 
+retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and every model, on the same documents
+    local adapted
+    mapfile -t adapted < <(adapted_models)
+    local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
+    tisa-hf longembed "$@" "${systems[@]}" --paired "${BASELINES[@]}"
+}
+
 stage_embed() {
     local adapted
     mapfile -t adapted < <(adapted_models)
     tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired minilm --overwrite
-    local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
-    tisa-hf longembed "${systems[@]}" --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm \
-        --paired "${BASELINES[@]}"
-    tisa-hf longembed "${systems[@]}" --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192 \
-        --paired "${BASELINES[@]}"
+    retrieval --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm
+}
+
+stage_embed_8192() {
+    retrieval --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192
 }
 
 stage_classify() {
@@ -77,12 +86,12 @@ stage_classify() {
 }
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed classify)
+[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 classify)
 for stage in "${stages[@]}"; do
     case $stage in
-        adapt | embed | classify) "stage_$stage" ;;
+        adapt | embed | embed-8192 | classify) "stage_${stage//-/_}" ;;
         *)
-            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed or classify." >&2
+            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192 or classify." >&2
             exit 2
             ;;
     esac
