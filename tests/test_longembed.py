@@ -59,11 +59,15 @@ def test_documents_are_exactly_long_and_every_query_has_one_right_document(works
         built = build_task(task, length, tokenizer, documents=20, queries=10, seed=0, text_stream=stream)
         assert [len(document) for document in built.documents] == [length] * 20
         assert len(built.queries) == 10 and built.answers == list(range(10))
+        hays = []
         for index, (document, needle) in enumerate(zip(built.documents, built.needles, strict=True)):
             assert document[0] == tokenizer.cls_token_id and document[-1] == tokenizer.sep_token_id
             assert [occurrences(other, needle) for other in built.documents] == [int(i == index) for i in range(20)]
             start = next(i for i in range(length) if document[i : i + len(needle)] == needle)
             assert document[start - 1] in (tokenizer.cls_token_id, period)  # at a sentence boundary
+            hays.append(document[1:start] + document[start + len(needle) : -1])
+        longest = max(hays, key=len)  # every document's hay is the start of one window: only the needle differs
+        assert all(hay == longest[: len(hay)] for hay in hays) and len({len(hay) for hay in hays}) > 1
         for query, answer in zip(built.queries, built.answers, strict=True):
             named = [name for name in NAMES if name in query.split(" ") or f"{name}?" in query.split(" ")]
             assert len(named) == 1  # the query names one person, whose needle only its document holds

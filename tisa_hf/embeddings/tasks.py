@@ -4,7 +4,12 @@
   with "NAME's pass key is NNNNN. Remember it. NNNNN is the pass key for NAME." at a random sentence boundary;
   the query "what is the pass key for NAME?". Every document has its own name and 5-digit key.
 - needle: a fact ("Abigail keeps an old telescope in the attic.", `facts.py`) at a random sentence boundary of
-  real text (a window of WikiText articles starting at a random token), and the question it answers.
+  real text, and the question it answers. As in needle-in-a-haystack, every candidate of a length is cut from the
+  same window of WikiText articles (starting at a random token): the candidates differ only in their needle and
+  where it sits, so Acc@1 measures whether a document's embedding carries its needle. (Windows drawn per
+  document would differ in topic too, which swamps a one-sentence needle: in a first build of the task, the
+  original MiniLM found 30% of the needles in fully read 256-token documents and 0-4% past 1,024 tokens, with
+  every system at that floor.)
 
 Documents are built from token ids, never decoded and re-encoded, so every document of length n is exactly n
 tokens of the model's tokenizer, special tokens ([CLS] and [SEP]) counted: the input the model reads. The
@@ -94,15 +99,18 @@ def build_documents(
     length: int,
     tokenizer: PreTrainedTokenizerBase,
     rng: np.random.Generator,
-    random_window: bool,
+    random_start: bool,
 ) -> list[list[int]]:
-    """One document of exactly `length` tokens per needle: hay from `haystack` (its start when not
-    `random_window`, else from a random token), the needle at a sentence start of the window drawn at random
-    (the end of the window counts when a sentence starts there), the special tokens around it."""
+    """One document of exactly `length` tokens per needle: hay from `haystack` (from its start, or with
+    `random_start` from one random token, the same for every document), the needle at a sentence start of the
+    window drawn at random (the end of the window counts when a sentence starts there), the special tokens around
+    it. The documents differ only in their needle and where it sits (a shorter needle leaves room for a few more
+    tokens of the same hay)."""
+    longest_hay = length - SPECIAL_TOKENS - min(len(needle) for needle in needles)
+    start = int(rng.integers(0, len(haystack.tokens) - longest_hay + 1)) if random_start else 0
     documents = []
     for needle in needles:
         hay = length - SPECIAL_TOKENS - len(needle)
-        start = int(rng.integers(0, len(haystack.tokens) - hay + 1)) if random_window else 0
         window = haystack.tokens[start : start + hay]
         starts = haystack.sentence_starts
         inside = starts[(starts >= start) & (starts <= start + hay)] - start
@@ -147,7 +155,7 @@ def build_task(
         )
     picked = [pool[index] for index in chosen]
     needle_tokens = [pool_tokens[index] for index in chosen]
-    built = build_documents(haystack, needle_tokens, length, tokenizer, rng, random_window=task == "needle")
+    built = build_documents(haystack, needle_tokens, length, tokenizer, rng, random_start=task == "needle")
     asked = [needle.query for needle in picked[:queries]]
     query_ids = tokenizer(asked)["input_ids"]
     return RetrievalSet(task, length, built, needle_tokens, asked, query_ids, list(range(len(asked))))
