@@ -59,9 +59,7 @@ stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed
 }
 
-retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and every model, on the same documents
-    local adapted
-    mapfile -t adapted < <(adapted_models)
+retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
     tisa-hf longembed "$@" "${systems[@]}" --paired "${BASELINES[@]}"
 }
@@ -74,6 +72,8 @@ stage_embed() {
 }
 
 stage_embed_8192() {
+    local adapted
+    mapfile -t adapted < <(adapted_models)
     retrieval --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192
 }
 
