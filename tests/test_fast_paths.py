@@ -76,10 +76,18 @@ def test_bias_equals_explicit_per_element_reference():
             torch.testing.assert_close(module(layer, 7, torch.float32), explicit_bias(module, layer, 7))
 
 
-def test_bias_rows_are_rows_of_the_full_bias():
-    values = torch.randn(HEADS, 2 * 9 - 1)
-    full = toeplitz_from_offsets(values, 9)
-    assert torch.equal(toeplitz_from_offsets(values, 9, 3, 7), full[:, 3:7])
+@pytest.mark.parametrize(("length", "block"), [(9, 4), (9, 3), (9, 1), (9, 9), (9, 20), (1, 5)])
+def test_bias_row_blocks_are_row_major_rows_of_the_full_bias(length, block):
+    values = torch.randn(HEADS, 2 * length - 1)
+    full = toeplitz_from_offsets(values, length)
+    blocks = list(attention.ToeplitzBias(values, length).row_blocks(block))
+    assert [(start, stop) for start, stop, _ in blocks] == [
+        (start, min(start + block, length)) for start in range(0, length, block)
+    ]
+    for start, stop, rows in blocks:
+        assert torch.equal(rows, full[None, :, start:stop])
+        assert rows.stride(-1) == 1  # row-major, the fused kernel's fast layout
+        assert stop - start == 1 or rows.stride(-2) >= length
 
 
 def test_benchmark_baseline_builds_the_same_bias():

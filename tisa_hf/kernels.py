@@ -20,14 +20,13 @@ def kernel_values(
     return (amplitude[..., None, :] * torch.exp(-sharpness.abs()[..., None, :] * distance.square())).sum(-1)
 
 
-def toeplitz_from_offsets(values: torch.Tensor, length: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
+def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
     """Builds F[..., i, j] = values[..., j - i + length - 1] from the 2n-1 values f(-(n-1)) .. f(n-1).
 
-    Rows `start <= i < stop` (all by default). One strided view and one copy: row r of `unfold` holds
-    values[r : r + n], i.e. offsets r - n + 1 .. r, and flipping the rows puts offset j - i at (i, j).
+    One strided view and one copy: row r of `unfold` holds values[r : r + n], i.e. offsets r - n + 1 .. r, and
+    flipping the rows puts offset j - i at (i, j).
     """
-    stop = length if stop is None else stop
-    return values.unfold(-1, length, 1)[..., length - stop : length - start, :].flip(-2)
+    return values.unfold(-1, length, 1).flip(-2)
 
 
 class TisaPositionBias(nn.Module):
