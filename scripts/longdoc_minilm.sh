@@ -59,9 +59,12 @@ stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed
 }
 
-retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents
+retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents;
+    # paired to each baseline and, once adapted, to the bag-of-words control (does order help, not just length?)
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
-    tisa-hf longembed "$@" "${systems[@]}" --paired "${BASELINES[@]}"
+    local references=("${BASELINES[@]}")
+    [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
+    tisa-hf longembed "$@" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
