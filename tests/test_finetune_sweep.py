@@ -260,6 +260,19 @@ def test_variants_run_a_part_of_the_grid_and_need_only_the_models_they_read(tmp_
     )
 
 
+def test_a_variants_own_model_replaces_the_sweeps_in_its_command(tmp_path):
+    adapted = tmp_path / "adapt" / "s5-all"
+    adapted.mkdir(parents=True)
+    sweep = write_fold_sweep(tmp_path, requires={str(adapted): "bash scripts/adapt_minilm.sh"})
+    variants = yaml.safe_load(sweep.read_text())["variants"]
+    variants["s5-adapted"] = {"max_seq_length": 2048, "model": str(adapted)}
+    sweep.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "variants": variants}))
+    commands = {run.variant: run.command for run in plan(sweep, folds=[0], seeds=[1])}
+    assert commands["s5-adapted"].count("--model") == 1
+    assert commands["s5-adapted"][commands["s5-adapted"].index("--model") + 1] == str(adapted)
+    assert commands["head-512"][commands["head-512"].index("--model") + 1] == str(tmp_path / "bert")
+
+
 @pytest.mark.parametrize("sweep_file", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_sweep_gives_each_run_arguments_its_command_accepts(sweep_file, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative output_dirs resolve to empty folders: every run is planned as new

@@ -118,11 +118,13 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     return sweep
 
 
-def variant_flags(variant_settings: dict[str, Any] | None, task: str) -> list[str]:
-    """A variant's flags for `task`: its settings, then its `per_task` settings for that task (which win)."""
+def run_flags(sweep: dict[str, Any], variant_settings: dict[str, Any] | None, task: str) -> list[str]:
+    """A run's flags for `task`, each option once: the sweep's model and settings, overridden by the variant's
+    settings (a variant's own `model` included), overridden by its `per_task` settings for that task."""
     settings = dict(variant_settings or {})
     task_settings = (settings.pop(PER_TASK_KEY, None) or {}).get(task) or {}
-    return settings_to_flags({**flatten(settings), **flatten(task_settings)})
+    shared = {"model": sweep["model"], **(sweep.get("settings") or {})}
+    return settings_to_flags({**flatten(shared), **flatten(settings), **flatten(task_settings)})
 
 
 def run_status(folder: RunFolder) -> str:
@@ -181,8 +183,7 @@ def plan(
                     output_dir = Path(sweep["output_dir"], *parts)
                     status = run_status(RunFolder(output_dir))
                     flags = ["--config", str(task_config)]
-                    flags += settings_to_flags({"model": sweep["model"], **(sweep.get("settings") or {})})
-                    flags += variant_flags(variant_settings, task)
+                    flags += run_flags(sweep, variant_settings, task)
                     flags += [] if fold is None else ["--fold", str(fold)]
                     flags += ["--seed", str(seed), "--output_dir", str(output_dir)]
                     changes = finished_changes(output_dir, flags, argument_types) if status == "done" else []
