@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader
@@ -165,6 +166,45 @@ def test_position_interpolation_saves_a_model_that_reads_the_length(workspace, t
     assert table.shape == (LENGTH, 32) and len(stretched) == 1 and original[stretched[0]].shape == (TABLE, 32)
     logits = reloaded_logits(out, workspace / "test.csv", Truncation("head", LENGTH))
     np.testing.assert_array_equal(logits, read_predictions(out).splits["test"].logits)
+
+
+def test_config_overrides_reach_the_trained_model_and_its_record(workspace, tmp_path):
+    out = tmp_path / "overrides"
+    overrides = "attention_probs_dropout_prob=0,hidden_dropout_prob=0.25"
+    run_classify(argv(workspace, out, "--max-steps", "2", "--config-overrides", overrides))
+    config = AutoModelForSequenceClassification.from_pretrained(out).config
+    assert (config.attention_probs_dropout_prob, config.hidden_dropout_prob) == (0.0, 0.25)
+    assert yaml.safe_load((out / "run_config.yaml").read_text())["config_overrides"] == overrides
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            "attention_probs_dropout_prob",
+            "--config-overrides takes key=value pairs separated by commas "
+            "('attention_probs_dropout_prob=0,hidden_dropout_prob=0.2'); got 'attention_probs_dropout_prob'.",
+        ),
+        (
+            "attention_dropout=0",
+            "--config-overrides: BertConfig ({model}) has no setting 'attention_dropout'; "
+            "its settings are in {model}'s config.json.",
+        ),
+        (
+            "num_hidden_layers=two",
+            "--config-overrides: num_hidden_layers=two does not fit the type of num_hidden_layers (now 2).",
+        ),
+    ],
+    ids=["no value", "unknown key", "wrong type"],
+)
+def test_config_overrides_that_cannot_apply_are_refused_before_training(
+    overrides, message, workspace, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    assert main(argv(workspace, out, "--config-overrides", overrides)) == 2
+    model = workspace / "bert"
+    assert capsys.readouterr().err == f"tisa-hf classify: {message.format(model=model)}\n"
+    assert not out.exists()
 
 
 def test_add_mode_beyond_the_table_is_refused_before_training(workspace, tmp_path, capsys):

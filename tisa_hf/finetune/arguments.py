@@ -44,6 +44,29 @@ class ModelArguments:
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer id or folder (default: the model's)."})
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "Settings of the model's config to change before it loads, as in transformers' examples: "
+            "'attention_probs_dropout_prob=0,hidden_dropout_prob=0.2' (keys the config has; saved with the model)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        self.config_override_items()
+
+    def config_override_items(self) -> dict[str, str]:
+        """--config-overrides as {key: value as written}; a UsageError unless it is `key=value,...`."""
+        if self.config_overrides is None:
+            return {}
+        items = [item.partition("=") for item in self.config_overrides.split(",")]
+        malformed = [key + sep + value for key, sep, value in items if not (sep and key.strip() and value.strip())]
+        if malformed:
+            raise UsageError(
+                f"--config-overrides takes key=value pairs separated by commas "
+                f"('attention_probs_dropout_prob=0,hidden_dropout_prob=0.2'); got {malformed[0]!r}."
+            )
+        return {key.strip(): value.strip() for key, _, value in items}
 
 
 def _config_field_help() -> dict[str, str]:

@@ -52,8 +52,12 @@ from .trainer import (
 
 
 def load_model_and_tokenizer(auto_class: type, plan: RunPlan, tisa_args: TisaArguments, **config: Any):
-    """`auto_class.from_pretrained(--model, tisa=..., **config)` (TISA only when set) and the tokenizer, from
-    where `plan_run` found them; a failed load is one line naming the way out."""
+    """`auto_class.from_pretrained(--model, tisa=..., **config, **--config-overrides)` (TISA only when set) and the
+    tokenizer, from where `plan_run` found them; a failed load is one line naming the way out."""
+    taken = sorted(plan.config_overrides.keys() & config.keys())
+    if taken:
+        raise UsageError(f"--config-overrides: the run sets {', '.join(taken)} itself; leave it out of the overrides.")
+    config.update(plan.config_overrides)
     with loading_errors(f"the tokenizer {plan.tokenizer.path}", model_remedy()):
         tokenizer = AutoTokenizer.from_pretrained(plan.tokenizer.path, local_files_only=plan.tokenizer.local_files_only)
     tisa = tisa_args.tisa_config()
