@@ -1,6 +1,8 @@
 """Options and input files a user can get wrong are one line naming the problem, before any model loads or any
 timing starts (`tisa-hf adapt`, `analyze`, `compare`, `bench`)."""
 
+import subprocess
+
 import pytest
 import torch
 
@@ -91,3 +93,28 @@ def test_bench_checks_its_device_output_and_counts_before_timing(workspace, caps
         with pytest.raises(SystemExit):
             bench.parse_args([option, value, "--output", str(workspace / "bench.json")])
         assert f"argument {option}: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stderr"),
+    [(-9, ""), (1, "RuntimeError: DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes.")],
+    ids=["oom killer", "allocator"],
+)
+def test_a_memory_worker_that_ran_out_of_memory_is_one_line(returncode, stderr, monkeypatch):
+    case = bench.ModelCase("replace", "sdpa", 1, 8192, True, "float32", "cpu", 0.0)
+    failed = subprocess.CompletedProcess([], returncode, stdout="", stderr=stderr)
+    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: failed)
+    with pytest.raises(UsageError) as raised:
+        bench.peak_memory_of(case)
+    assert str(raised.value) == (
+        "replace sdpa 1x8192 float32 ran out of memory in its peak-memory run (the rows before it are in --output); "
+        "leave out the lengths that do not fit, or skip memory with --no-memory."
+    )
+
+
+def test_a_memory_worker_that_failed_otherwise_keeps_its_traceback(monkeypatch):
+    case = bench.ModelCase("replace", "sdpa", 1, 8192, True, "float32", "cpu", 0.0)
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback ...\nKeyError: 'x'")
+    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: failed)
+    with pytest.raises(RuntimeError, match=r"^Memory measurement of replace sdpa 1x8192 float32 failed:\nTraceback"):
+        bench.peak_memory_of(case)

@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -211,8 +212,20 @@ def peak_memory_of(case: ModelCase) -> dict[str, float]:
     environment = {**os.environ, "PYTHONPATH": python_path, "MALLOC_MMAP_THRESHOLD_": "65536"}
     result = subprocess.run(command, capture_output=True, text=True, check=False, env=environment)
     if result.returncode != 0:
+        if ran_out_of_memory(result.returncode, result.stderr):
+            raise UsageError(
+                f"{case.label()} ran out of memory in its peak-memory run (the rows before it are in --output); "
+                "leave out the lengths that do not fit, or skip memory with --no-memory."
+            )
         raise RuntimeError(f"Memory measurement of {case.label()} failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ran_out_of_memory(returncode: int, stderr: str) -> bool:
+    """Whether a memory worker died of memory: killed by the kernel's OOM killer (SIGKILL), or PyTorch's
+    allocation error ("CUDA out of memory", "DefaultCPUAllocator: not enough memory"). Any other failure is a
+    bug and keeps its traceback."""
+    return returncode == -signal.SIGKILL or "out of memory" in stderr or "not enough memory" in stderr
 
 
 def resident_mib(field: str) -> float:
