@@ -17,7 +17,7 @@ import tisa_hf
 from tests.fixtures import WORDS, tiny_config, write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
-from tisa_hf.adapt.objectives import EmbeddingObjective
+from tisa_hf.adapt.objectives import EVAL_SPAN_SEED, EmbeddingObjective, span_queries
 from tisa_hf.cli import entry
 from tisa_hf.finetune import push
 from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
@@ -105,12 +105,49 @@ def test_embedding_loss_is_one_minus_cosine_to_the_teachers_embedding_or_its_chu
     torch.testing.assert_close(weighted(long).sums, expected_long)  # no token states of the teacher to match
 
 
+def test_span_queries_are_a_span_of_the_body_between_the_blocks_own_cls_and_sep():
+    blocks = torch.arange(3 * 20).view(3, 20)
+    queries = span_queries(blocks, 6, torch.Generator().manual_seed(1))
+    assert queries.shape == (3, 8)
+    for block, query in zip(blocks, queries, strict=True):
+        start = int(query[1] - block[0])
+        assert 1 <= start <= 20 - 1 - 6 and query[0] == block[0] and query[-1] == block[-1]
+        assert torch.equal(query[1:-1], block[start : start + 6])
+    starts = {int(span_queries(blocks[:1], 18, torch.Generator().manual_seed(seed))[0, 1]) for seed in range(5)}
+    assert starts == {1}  # a span of the whole body has one place
+    torch.manual_seed(7)
+    drawn = span_queries(blocks, 6, None)  # training: the global RNG, checkpointed with the step
+    torch.manual_seed(7)
+    assert torch.equal(drawn, span_queries(blocks, 6, None))
+
+
+def test_span_retrieval_adds_the_cross_entropy_of_each_span_finding_its_block():
+    teacher = AutoModel.from_config(tiny_config("bert")).eval()
+    tisa = tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
+    student = AutoModel.from_config(tisa_hf.tisa_model_config(tiny_config("bert"), tisa)).eval()
+    blocks = torch.randint(5, 99, (4, 40))
+    blocks[:, 0], blocks[:, -1] = 2, 3
+    plain = EmbeddingObjective(student, teacher, table=40)(blocks).sums
+    output = EmbeddingObjective(student, teacher, table=40, span_weight=0.5, span_tokens=10).eval()(blocks)
+
+    queries = span_queries(blocks, 10, torch.Generator().manual_seed(EVAL_SPAN_SEED))  # evaluation: fixed spans
+    scores = 20 * embedding(student, queries) @ embedding(student, blocks).T
+    expected = -scores.log_softmax(-1).diagonal()
+    assert expected.min() > 1e-3
+    torch.testing.assert_close(output.sums, plain + 0.5 * expected, rtol=1e-5, atol=1e-5)
+    assert output.loss.item() == pytest.approx((plain + 0.5 * expected).mean().item(), rel=1e-5)
+
+
 def test_an_adapted_sentence_transformer_reads_its_stated_length_and_fine_tunes(workspace, tmp_path):
     output = tmp_path / "adapted"
-    record = run_adapt(adapt_argv(workspace, output, "--embedding-max-length", "200", "--embed-token-weight", "1"))
+    spans = ("--embed-span-weight", "0.5", "--embed-span-tokens", "8")
+    record = run_adapt(
+        adapt_argv(workspace, output, "--embedding-max-length", "200", "--embed-token-weight", "1", *spans)
+    )
     adaptation = record["adaptation"]
     assert adaptation["objective"] == "embed" and adaptation["teacher_table"] == 64
     assert adaptation["max_seq_length"] == 200 and adaptation["embed_token_weight"] == 1.0
+    assert (adaptation["embed_span_weight"], adaptation["embed_span_tokens"]) == (0.5, 8)
     assert set(record["metrics"]["held_out_loss"]) == {"16", "96"}
     assert json.loads((output / "sentence_bert_config.json").read_text())["max_seq_length"] == 200
     assert json.loads((output / "tokenizer_config.json").read_text())["model_max_length"] == 200
@@ -143,7 +180,8 @@ def test_an_adapted_sentence_transformer_reads_its_stated_length_and_fine_tunes(
     assert (
         "the mean-pooled embedding of each block matched to the teacher's by 1 - cosine (beyond 64 tokens, the mean "
         "of the teacher's embeddings of 64-token chunks), plus 1.0 times the last layer's hidden states matched to "
-        "the teacher's by 1 - cosine per token (blocks of at most 64 tokens)."
+        "the teacher's by 1 - cosine per token (blocks of at most 64 tokens), plus 0.5 times span retrieval (one "
+        "span of 8 tokens from each block finds its block among the micro-batch's by cosine, cross-entropy)."
     ) in card
 
 
@@ -180,6 +218,22 @@ BAD_REQUESTS = {
         "--objective embed trains the mean-pooled embedding; adapt it with --objective distill.",
     ),
     "embed with a negative weight": (("--embed-token-weight", "-1"), "--embed-token-weight must be at least 0"),
+    "span retrieval in a micro-batch of one": (
+        ("--embed-span-weight", "1", "--embed-span-tokens", "8", "--gradient-accumulation-steps", "4"),
+        "--embed-span-weight ranks each span's block among the other blocks of its micro-batch, and a micro-batch "
+        "here holds 1 (--train-batch-size 4 / --gradient-accumulation-steps 4 / 1 process(es)); use fewer "
+        "accumulation steps or a larger batch.",
+    ),
+    "spans longer than the shortest block": (
+        ("--embed-span-weight", "1", "--embed-span-tokens", "15"),
+        "--embed-span-tokens 15 does not fit inside the shortest blocks, 16 tokens with [CLS] and [SEP]; use at most "
+        "14.",
+    ),
+    "span retrieval without the embedding objective": (
+        ("--embed-span-weight", "1", "--objective", "distill", "--lengths", "16"),
+        "--embed-span-weight is a term of --objective embed, and the objective is distill; add --objective embed or "
+        "leave it out.",
+    ),
 }
 
 

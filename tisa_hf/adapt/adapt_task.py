@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..finetune.arguments import ModelArguments
 from ..finetune.preflight import RunPlan, plan_run
 from ..finetune.recipe import Task, TaskData, command_main, load_model_and_tokenizer, mark_adapted, run_task
-from ..finetune.trainer import TrainingStage, resolve_schedule, train_dataloader
+from ..finetune.trainer import TrainingStage, micro_batch_size, resolve_schedule, train_dataloader
 from ..hub_access import loading_errors, model_remedy
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
@@ -135,6 +135,27 @@ def _check_lengths(
         )
 
 
+def _check_span_retrieval(args: AdaptTrainingArguments, adapt_args: AdaptArguments) -> None:
+    """Span retrieval needs a span inside every block and another block to tell it from."""
+    if not adapt_args.embed_span_weight:
+        return
+    shortest = min(adapt_args.lengths)
+    if adapt_args.embed_span_tokens > shortest - 2:
+        raise UsageError(
+            f"--embed-span-tokens {adapt_args.embed_span_tokens} does not fit inside the shortest blocks, {shortest} "
+            f"tokens with [CLS] and [SEP]; use at most {shortest - 2}."
+        )
+    processes = PartialState().num_processes
+    blocks = micro_batch_size(args, processes) // processes
+    if blocks < 2:
+        raise UsageError(
+            f"--embed-span-weight ranks each span's block among the other blocks of its micro-batch, and a "
+            f"micro-batch here holds {blocks} (--train-batch-size {args.train_batch_size} / "
+            f"--gradient-accumulation-steps {args.gradient_accumulation_steps} / {processes} process(es)); use fewer "
+            "accumulation steps or a larger batch."
+        )
+
+
 def _check_text(
     path: str, articles: list[str], documents: tuple[list, list], batch_size: int, adapt_args: AdaptArguments
 ) -> None:
@@ -175,6 +196,7 @@ def plan_adaptation(
     facts = CheckpointFacts.read(model_args.model)
     tisa = _check_settings(facts, tisa_args, adapt_args)
     _check_lengths(facts, tisa, args, adapt_args)
+    _check_span_retrieval(args, adapt_args)
     sentence_limit = sentence_output_limit(facts, tisa, adapt_args)
     if sentence_limit is not None and adapt_args.objective == "embed":
         check_mean_pooling(facts.path)
@@ -223,7 +245,14 @@ def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_a
     layers, loss = adapt_args.distill_layers, adapt_args.distill_loss
     if adapt_args.objective == "embed":
         return EmbeddingObjective(
-            student, teacher, plan.facts.table_length, adapt_args.embed_token_weight, layers, loss
+            student,
+            teacher,
+            plan.facts.table_length,
+            adapt_args.embed_token_weight,
+            layers,
+            loss,
+            adapt_args.embed_span_weight,
+            adapt_args.embed_span_tokens,
         )
     return DistillationObjective(student, teacher, layers, loss)
 
@@ -289,6 +318,10 @@ def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_si
         record["teacher"] = plan.facts.name
     if adapt_args.objective == "embed":
         record.update(teacher_table=plan.facts.table_length, embed_token_weight=adapt_args.embed_token_weight)
+        if adapt_args.embed_span_weight:
+            record.update(
+                embed_span_weight=adapt_args.embed_span_weight, embed_span_tokens=adapt_args.embed_span_tokens
+            )
     if adapt_args.objective == "distill" or adapt_args.objective == "embed" and adapt_args.embed_token_weight:
         record.update(distill_layers=adapt_args.distill_layers, distill_loss=adapt_args.distill_loss)
     record.update(

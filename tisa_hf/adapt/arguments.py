@@ -71,6 +71,17 @@ class AdaptArguments:
             "added on the blocks the teacher reads whole (0: the embedding loss alone)."
         },
     )
+    embed_span_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "--objective embed: weight of span retrieval, where a span cut from each block must find its "
+            "block among the micro-batch's by cosine (in-batch negatives; 0: off). Needs 2 or more blocks a "
+            "micro-batch."
+        },
+    )
+    embed_span_tokens: int = field(
+        default=32, metadata={"help": "Tokens of each span of --embed-span-weight (at most the shortest length - 2)."}
+    )
     embedding_max_length: int | None = field(
         default=None,
         metadata={
@@ -93,6 +104,15 @@ class AdaptArguments:
             )
         if self.embed_token_weight < 0:
             raise UsageError(f"--embed-token-weight must be at least 0; got {self.embed_token_weight}.")
+        if self.embed_span_weight < 0:
+            raise UsageError(f"--embed-span-weight must be at least 0; got {self.embed_span_weight}.")
+        if self.embed_span_weight and self.objective != "embed":
+            raise UsageError(
+                f"--embed-span-weight is a term of --objective embed, and the objective is {self.objective}; "
+                "add --objective embed or leave it out."
+            )
+        if self.embed_span_tokens < 1:
+            raise UsageError(f"--embed-span-tokens must be at least 1; got {self.embed_span_tokens}.")
         if self.embedding_max_length is not None and self.embedding_max_length < 1:
             raise UsageError(f"--embedding-max-length must be at least 1 token; got {self.embedding_max_length}.")
         if not 0 < self.mlm_probability <= 1:

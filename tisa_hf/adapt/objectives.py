@@ -14,7 +14,10 @@ reads unnormalised features; with `--train kernels` the LayerNorms are frozen, s
 embedding as the target; a longer one the teacher's chunk-average (`tisa_hf.embeddings.pooling`, the
 `chunk:MODEL` reading `tisa-hf longembed` compares), so the student learns to embed a long block as well as the
 best the teacher can do with it, from one forward over the whole block. Token-state distillation may be added
-with a weight, on the blocks the teacher reads whole (it has no token states for the others).
+with a weight, on the blocks the teacher reads whole (it has no token states for the others). So may a contrastive
+term for retrieval inside long blocks: a span of each block, as a query of its own, must find its block among the
+micro-batch's (`span_retrieval_losses`), which asks every part of a block to stay visible in its one embedding,
+whatever the block's length; no teacher is needed for it.
 
 `MaskedLMObjective`: masked-token cross-entropy with logits only at the masked positions: the masked hidden
 states are gathered and only they go through the MLM head, never (positions x vocabulary) logits.
@@ -129,10 +132,36 @@ def mean_embeddings(states: torch.Tensor) -> torch.Tensor:
     return F.normalize(states.float().mean(1), dim=-1)
 
 
+SPAN_RETRIEVAL_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss default (temperature 0.05)
+EVAL_SPAN_SEED = 0
+
+
+def span_queries(blocks: torch.Tensor, span_tokens: int, generator: torch.Generator | None) -> torch.Tensor:
+    """(batch, span_tokens + 2) queries: `span_tokens` consecutive tokens from a random place inside each block's
+    body, between the block's own first and last tokens ([CLS] and [SEP] of a packed block)."""
+    body = blocks.shape[1] - 2
+    starts = 1 + torch.randint(body - span_tokens + 1, (blocks.shape[0],), generator=generator)
+    columns = starts[:, None] + torch.arange(span_tokens)
+    spans = blocks.gather(1, columns.to(blocks.device))
+    return torch.cat([blocks[:, :1], spans, blocks[:, -1:]], dim=1)
+
+
+def span_retrieval_losses(queries: torch.Tensor, documents: torch.Tensor) -> torch.Tensor:
+    """Per query, the cross-entropy of finding its own document (the same row) among all `documents` by the
+    scaled cosine of normalised embeddings: MultipleNegativesRankingLoss's in-batch ranking, written here
+    because sentence-transformers' loss runs its own model forward, and these embeddings come out of the
+    adaptation's forward."""
+    scores = SPAN_RETRIEVAL_SCALE * queries @ documents.T
+    return F.cross_entropy(scores, torch.arange(len(queries), device=scores.device), reduction="none")
+
+
 class EmbeddingObjective(DistillationObjective):
     """1 - cosine between the student's and the teacher's embeddings per block (see the module docstring), plus
     `token_weight` times the token-state distillation (`layers`, `loss`) on blocks of at most `table` tokens, the
-    teacher's table; longer blocks take the chunk-average of `table`-token chunks as the teacher's embedding."""
+    teacher's table; longer blocks take the chunk-average of `table`-token chunks as the teacher's embedding.
+    Plus `span_weight` times the span-retrieval loss of `span_tokens`-token spans: in training their places come
+    from the global RNG, checkpointed with the step, and in evaluation from a fixed seed (the same spans at every
+    evaluation, and the training draws untouched)."""
 
     def __init__(
         self,
@@ -142,10 +171,14 @@ class EmbeddingObjective(DistillationObjective):
         token_weight: float = 0.0,
         layers: DistillLayers = "last",
         loss: DistillLoss = "cosine",
+        span_weight: float = 0.0,
+        span_tokens: int = 32,
     ):
         super().__init__(model, teacher, layers if token_weight else "last", loss)
         self.table = table
         self.token_weight = token_weight
+        self.span_weight = span_weight
+        self.span_tokens = span_tokens
 
     @torch.no_grad()
     def _teacher_embed(self, sequences: list[list[int]], progress: str | None = None) -> torch.Tensor:
@@ -167,12 +200,18 @@ class EmbeddingObjective(DistillationObjective):
             else:
                 target = chunk_average(self._teacher_embed, input_ids.tolist(), self.table)
         states = self._states(self.model, input_ids)
-        losses = 1 - F.cosine_similarity(mean_embeddings(states[-1]), target, dim=-1)
+        embeddings = mean_embeddings(states[-1])
+        losses = 1 - F.cosine_similarity(embeddings, target, dim=-1)
         if self.token_weight and whole:
             distances = torch.stack(
                 [token_distances(state, goal, self.loss) for state, goal in zip(states, targets, strict=True)]
             )
             losses = losses + self.token_weight * distances.mean((0, 2))
+        if self.span_weight:
+            generator = None if self.training else torch.Generator().manual_seed(EVAL_SPAN_SEED)
+            queries = span_queries(input_ids, self.span_tokens, generator)
+            query_embeddings = mean_embeddings(self.model.base_model(input_ids=queries).last_hidden_state)
+            losses = losses + self.span_weight * span_retrieval_losses(query_embeddings, embeddings)
         return ObjectiveOutput(loss=losses.mean(), sums=losses, counts=torch.ones_like(losses))
 
 

@@ -219,6 +219,12 @@ def adaptation_section(record: dict[str, Any]) -> str:
     elif adaptation["objective"] == "embed":
         table, weight = adaptation["teacher_table"], adaptation["embed_token_weight"]
         added = f", plus {weight} times {tokens} (blocks of at most {table} tokens)" if weight else ""
+        if adaptation.get("embed_span_weight"):
+            added += (
+                f", plus {adaptation['embed_span_weight']} times span retrieval (one span of "
+                f"{adaptation['embed_span_tokens']} tokens from each block finds its block among the micro-batch's "
+                "by cosine, cross-entropy)"
+            )
         objective = (
             f"Distilled from the unpatched `{adaptation['teacher']}`: the mean-pooled embedding of each block "
             f"matched to the teacher's by 1 - cosine (beyond {table} tokens, the mean of the teacher's embeddings "
