@@ -5,7 +5,8 @@
 # be rerun to add them:
 #   adapt     the replace S=5 model and its bag-of-words S=0 control, distilled on token states, and the replace
 #             S=5 model adapted on the pooled embedding (`adapt_minilm.sh s5-all s0-all s5-embed`);
-#   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each), then
+#   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each; a
+#             rerun scores only the models its sts.json lacks), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
 #             on the same documents: the original truncated at its table, chunk-and-average, position
 #             interpolation, the adapted models and unadapted replace S=5; 256 to 4,096 tokens with 100
@@ -70,7 +71,7 @@ retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in
 stage_embed() {
     local adapted
     mapfile -t adapted < <(adapted_models)
-    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired minilm --overwrite
+    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired minilm
     retrieval --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm
 }
 

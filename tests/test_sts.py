@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -103,7 +104,42 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
         assert str(error.value) == message, given
     with pytest.raises(UsageError) as error:
         sts.run(arguments(workspace, tmp_path / "done", tiny))
-    assert str(error.value) == (
-        f"{tmp_path / 'done' / 'sts.json'} exists; choose another --out, or pass --overwrite to replace it."
+    assert re.fullmatch(
+        re.escape(
+            f"{tmp_path / 'done' / 'sts.json'} holds results of other pairs (data None -> {workspace / 'dev.tsv'}"
+        )
+        + r"; data_sha256 None -> [0-9a-f]{64}; pairs None -> 24; longest_tokens None -> 9; tokens_sha256 None -> "
+        r"[0-9a-f]{64}\); choose another --out, or pass --overwrite to score every system again\.",
+        str(error.value),
     )
     assert loaded == [] and not (tmp_path / "out").exists()
+
+
+def test_a_rerun_scores_only_the_new_systems_and_pairs_them_all(workspace, tmp_path, loaded):
+    tiny, tisa = str(workspace / "tiny"), f"tisa:replace:2:{workspace / 'tiny'}"
+    both = sts.run(arguments(workspace, tmp_path / "both", tiny, tisa, "--paired", tiny))
+    sts.run(arguments(workspace, tmp_path / "out", tiny, "--paired", tiny))
+    loaded.clear()
+    resumed = sts.run(arguments(workspace, tmp_path / "out", tiny, tisa, "--paired", tiny))
+    assert loaded == [tisa]  # the original's cosines come from sts.json
+    assert resumed["cosines"] == both["cosines"] and resumed["paired"] == both["paired"]
+    assert {
+        name: {k: v for k, v in scores.items() if k != "wall_time_s"} for name, scores in both["results"].items()
+    } == {name: {k: v for k, v in scores.items() if k != "wall_time_s"} for name, scores in resumed["results"].items()}
+    results = tmp_path / "out" / "sts.json"
+    record = json.loads(results.read_text())
+    del record["cosines"]
+    results.write_text(json.dumps(record))
+    with pytest.raises(UsageError) as error:
+        sts.run(arguments(workspace, tmp_path / "out", tiny))
+    assert str(error.value) == (
+        f"{results} holds no per-pair cosines to pair with; choose another --out, or pass --overwrite to score every "
+        "system again."
+    )
+    other = tmp_path / "other.tsv"
+    write_pairs(other, seed=1)
+    with pytest.raises(UsageError, match=r"sts.json holds results of other pairs \(data .*; data_sha256 "):
+        sts.run(arguments(workspace, tmp_path / "out", tiny, "--data", str(other)))
+    loaded.clear()
+    again = sts.run(arguments(workspace, tmp_path / "out", tiny, "--data", str(other), "--overwrite"))
+    assert loaded == [tiny] and list(again["results"]) == [tiny] and again["settings"]["pairs"] == 24

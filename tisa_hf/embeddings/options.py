@@ -61,5 +61,7 @@ def sts_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
     add_paired_arguments(parser, "system's Spearman minus REF's", "the pairs")
-    parser.add_argument("--overwrite", action="store_true", help="Replace an existing sts.json.")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="Score every system again instead of adding to an existing sts.json."
+    )
     return parser

@@ -8,7 +8,9 @@ the same tokenized pairs. With --paired REF, every other system's Spearman minus
 interval over the pairs (the same resampled pairs for both; scipy's percentile bootstrap).
 
 The pairs' cosines are computed here rather than by the evaluator because the paired interval needs them per pair;
-tests/test_sts.py checks the score against `EmbeddingSimilarityEvaluator` on the same model.
+tests/test_sts.py checks the score against `EmbeddingSimilarityEvaluator` on the same model. They are kept in
+sts.json, so that a rerun on the same tokenized pairs scores only the systems it lacks (a system is known by its
+name: --overwrite rescores a model folder that has changed) and pairs every system, old and new.
 """
 
 from __future__ import annotations
@@ -62,11 +64,27 @@ def pair_cosines(embedder: Embedder, first: list[list[int]], second: list[list[i
     return (embedder.read(first) * embedder.read(second)).sum(-1).tolist()
 
 
+def resumed_record(results: Path, settings: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+    """The record in `results` to add systems to, when it was scored on the same tokenized pairs; None to start
+    over (no record yet, or --overwrite)."""
+    if not results.is_file() or overwrite:
+        return None
+    record = json.loads(results.read_text())
+    old = record.get("settings", {})
+    differ = [f"{key} {old.get(key)} -> {value}" for key, value in settings.items() if old.get(key) != value]
+    if differ or "cosines" not in record:
+        reason = f"results of other pairs ({'; '.join(differ)})" if differ else "no per-pair cosines to pair with"
+        raise UsageError(
+            f"{results} holds {reason}; choose another --out, or pass --overwrite to score every system again."
+        )
+    return record
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     results = out / RESULTS_FILE
-    if results.exists() and not args.overwrite:
-        raise UsageError(f"{results} exists; choose another --out, or pass --overwrite to replace it.")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out} is a file; give a folder.")
     check_system_names(args.systems, args.paired)
     first_texts, second_texts, gold = read_pairs(args.data)
     systems = [SystemSpec.parse(spec) for spec in args.systems]
@@ -80,20 +98,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"table holds {spec.table_length}); give the model as trunc:MODEL to cut sentences at its table."
             )
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    record: dict[str, Any] = {
-        "settings": {
-            "data": str(args.data),
-            "data_sha256": hashlib.sha256(Path(args.data).read_bytes()).hexdigest(),
-            "pairs": len(gold),
-            "longest_tokens": longest,
-        },
-        "versions": versions(),
-        "machine": machine(device),
-        "results": {},
-        "paired": {},
+    settings = {
+        "data": str(args.data),
+        "data_sha256": hashlib.sha256(Path(args.data).read_bytes()).hexdigest(),
+        "pairs": len(gold),
+        "longest_tokens": longest,
+        "tokens_sha256": hashlib.sha256(json.dumps([first, second]).encode()).hexdigest(),
     }
-    cosines = {}
+    record = resumed_record(results, settings, args.overwrite) or {"settings": settings, "results": {}, "cosines": {}}
+    record.update(versions=versions(), machine=machine(device), paired={})
+    cosines = record["cosines"]
     for spec in systems:
+        if spec.spec in cosines:
+            print(f"{spec.spec}: scored in {results}, kept", file=sys.stderr)
+            continue
         started = time.perf_counter()
         embedder = Embedder(spec, longest, device, args.batch_tokens)
         cosines[spec.spec] = pair_cosines(embedder, first, second)
@@ -104,15 +122,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "pearson": 100 * float(stats.pearsonr(cosines[spec.spec], gold).statistic),
             "wall_time_s": round(time.perf_counter() - started, 1),  # loading (and a TISA fit) included
         }
+        write_record(results, record)
     for reference in args.paired:
         record["paired"][reference] = {
             name: paired_spearman(values, cosines[reference], gold, args.bootstrap, args.bootstrap_seed)
             for name, values in cosines.items()
             if name != reference
         }
-    out.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(record, indent=2))
+    write_record(results, record)
     return record
+
+
+def write_record(results: Path, record: dict[str, Any]) -> None:
+    """sts.json, after every scored system (an interrupted run keeps what it finished)."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(record, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
