@@ -61,10 +61,12 @@ stage_adapt() {
 }
 
 retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents;
-    # paired to each baseline and, once adapted, to the bag-of-words control (does order help, not just length?)
+    # paired to each baseline, once adapted to the bag-of-words control (does order help, not just length?), and
+    # to the distilled S=5 model once an embedding-objective model exists (does that objective help?)
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
     local references=("${BASELINES[@]}")
     [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
+    [[ " ${adapted[*]} " == *" $ADAPTED/s5-embed "* ]] && references+=("$ADAPTED/s5-all")
     tisa-hf longembed "$@" "${systems[@]}" --paired "${references[@]}"
 }
 
