@@ -11,8 +11,9 @@
 #      (configs/sweeps/minilm-adapted-glue.yaml, into the folder of configs/sweeps/minilm-glue-converged.yaml).
 #   6. embedding adaptation (--objective embed: the original model's mean-pooled embedding, its chunk-average beyond
 #      512 tokens) of replace S=5 and of its S=0 control, all weights, 128 -> 256 -> 512 -> 1024 tokens; each output
-#      is a sentence-transformers model reading 4,096 tokens. About 1.7 h each on 2 free cores (4 h or more on a
+#      is a sentence-transformers model reading 4,096 tokens. About 1.9 h each on 2 free cores (4 h or more on a
 #      busy machine); 2,048-token blocks would take over twice as long again, and 8 of them needed more than 22 GB.
+#   7. s5-span: the embedding objective plus token-state distillation and span retrieval (section 7 below).
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
 #
 #   bash scripts/adapt_minilm.sh                  # everything, into runs/adapt-minilm
@@ -79,3 +80,8 @@ embed=(--objective embed --tisa.mode replace --train all --lengths 128 256 512 1
     --train-batch-size 8 --gradient-accumulation-steps 2 --embedding-max-length 4096)
 adapt "$RUNS/s5-embed" "${embed[@]}" --tisa.num_kernels 5
 adapt "$RUNS/s0-embed" "${embed[@]}" --tisa.num_kernels 0
+# 7. the embedding objective with the token-state distillation kept on the blocks the teacher reads whole and span
+#    retrieval added (a 32-token span of each block must find its block among the micro-batch's 4): s5-embed alone
+#    drifted from the original on short texts (zero-shot STS-B -2.1, against -0.9 distilled), and chunk-average
+#    targets teach nothing about finding a passage inside a long block.
+adapt "$RUNS/s5-span" "${embed[@]}" --tisa.num_kernels 5 --embed-token-weight 1 --embed-span-weight 0.1

@@ -4,7 +4,8 @@
 # the other stages use the adapted models that exist and say which are still missing, so each can start early and
 # be rerun to add them:
 #   adapt     the replace S=5 model and its bag-of-words S=0 control, distilled on token states, and the replace
-#             S=5 model adapted on the pooled embedding (`adapt_minilm.sh s5-all s0-all s5-embed`);
+#             S=5 model adapted on the pooled embedding, alone and with span retrieval
+#             (`adapt_minilm.sh s5-all s0-all s5-embed s5-span`);
 #   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each; a
 #             rerun scores only the models its sts.json lacks), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
@@ -30,7 +31,7 @@ BASELINES=(trunc:minilm chunk:minilm interp:minilm)
 export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models, one a line; the missing ones named on stderr
-    for name in s5-all s0-all s5-embed s0-embed; do
+    for name in s5-all s0-all s5-embed s5-span s0-embed; do
         if [[ -f $ADAPTED/$name/metrics.json ]]; then
             echo "$ADAPTED/$name"
         else
@@ -57,7 +58,7 @@ PY
 }
 
 stage_adapt() {
-    bash scripts/adapt_minilm.sh s5-all s0-all s5-embed
+    bash scripts/adapt_minilm.sh s5-all s0-all s5-embed s5-span
 }
 
 retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents;
@@ -66,7 +67,8 @@ retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
     local references=("${BASELINES[@]}")
     [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
-    [[ " ${adapted[*]} " == *" $ADAPTED/s5-embed "* ]] && references+=("$ADAPTED/s5-all")
+    local embedding_objective=" $ADAPTED/s5-(embed|span) "
+    [[ " ${adapted[*]} " =~ $embedding_objective ]] && references+=("$ADAPTED/s5-all")
     tisa-hf longembed "$@" "${systems[@]}" --paired "${references[@]}"
 }
 
