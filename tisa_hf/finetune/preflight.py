@@ -45,8 +45,9 @@ def checked_config_overrides(model_args: ModelArguments, model: ModelSource) -> 
         return {}
     with loading_errors(f"the model {model.path}", model_remedy()):
         config = AutoConfig.from_pretrained(model.path, local_files_only=model.local_files_only)
+    settings = config.to_dict()
     for key, value in items.items():
-        if key not in config.to_dict():
+        if key not in settings:
             raise UsageError(
                 f"--config-overrides: {type(config).__name__} ({model.path}) has no setting {key!r}; its settings "
                 f"are in {model.path}'s config.json."
