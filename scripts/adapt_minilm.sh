@@ -14,6 +14,8 @@
 #      is a sentence-transformers model reading 4,096 tokens. About 1.9 h each on 2 free cores (4 h or more on a
 #      busy machine); 2,048-token blocks would take over twice as long again, and 8 of them needed more than 22 GB.
 #   7. s5-span: the embedding objective plus token-state distillation and span retrieval (section 7 below).
+# The recipe for long-document embeddings is s5-all (step 2): s5-embed did worse on passkey retrieval and STS-B,
+# s5-span came back level with s5-all and no better (docs/results-longdoc.md, section 3).
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
 #
 #   bash scripts/adapt_minilm.sh                  # everything, into runs/adapt-minilm
@@ -45,7 +47,10 @@ adapt() {  # adapt OUTPUT_DIR ARGS...: skipped when finished or not wanted, resu
     tisa-hf adapt --model minilm --train-text "$TEXT/valid.txt" --output-dir "$out" "$@" "${resume[@]}"
 }
 
-distill=(--objective distill --tisa.mode replace --lengths 128 256 512 --max-steps "$STEPS" --train-batch-size 8)
+# --embedding-max-length: the sentence-transformers folder each writes reads 4,096 tokens (default: 512, the longest
+# length trained on); the model itself is the same.
+distill=(--objective distill --tisa.mode replace --lengths 128 256 512 --max-steps "$STEPS" --train-batch-size 8
+    --embedding-max-length 4096)
 adapt "$RUNS/mlm-head" --objective mlm --train head --lengths 128 --max-steps 1000 --train-batch-size 8 --learning-rate 1e-3
 adapt "$RUNS/s5-kernels" "${distill[@]}" --tisa.num_kernels 5 --train kernels
 adapt "$RUNS/s5-all" "${distill[@]}" --tisa.num_kernels 5 --train all

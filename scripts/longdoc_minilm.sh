@@ -7,7 +7,8 @@
 #             S=5 model adapted on the pooled embedding, alone and with span retrieval
 #             (`adapt_minilm.sh s5-all s0-all s5-embed s5-span`);
 #   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each; a
-#             rerun scores only the models its sts.json lacks), then
+#             rerun scores only the models its sts.json lacks), paired to the original (and to the distilled S=5
+#             model once an embedding-objective model exists), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
 #             on the same documents: the original truncated at its table, chunk-and-average, position
 #             interpolation, the adapted models and unadapted replace S=5; 256 to 4,096 tokens with 100
@@ -57,25 +58,31 @@ for name, settings in sweep["variants"].items():
 PY
 }
 
+embedding_objective_present() {  # whether `adapted` holds a model adapted on the pooled embedding: it is then
+    # paired to the distilled S=5 model (does that objective help?)
+    local pattern=" $ADAPTED/s5-(embed|span) "
+    [[ " ${adapted[*]} " =~ $pattern ]]
+}
+
 stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed s5-span
 }
 
 retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents;
     # paired to each baseline, once adapted to the bag-of-words control (does order help, not just length?), and
-    # to the distilled S=5 model once an embedding-objective model exists (does that objective help?)
+    # to the distilled S=5 model once an embedding-objective model exists
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
     local references=("${BASELINES[@]}")
     [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
-    local embedding_objective=" $ADAPTED/s5-(embed|span) "
-    [[ " ${adapted[*]} " =~ $embedding_objective ]] && references+=("$ADAPTED/s5-all")
+    embedding_objective_present && references+=("$ADAPTED/s5-all")
     tisa-hf longembed "$@" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
-    local adapted
+    local adapted sts_references=(minilm)
     mapfile -t adapted < <(adapted_models)
-    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired minilm
+    embedding_objective_present && sts_references+=("$ADAPTED/s5-all")
+    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired "${sts_references[@]}"
     retrieval --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm
 }
 
