@@ -18,7 +18,10 @@
 #             in about 20 s on 2 CPU cores: about 40 minutes a TISA model);
 #   classify  Hyperpartisan (configs/sweeps/hyperpartisan-minilm.yaml): every ready variant on fold 0, the rate of
 #             each configuration chosen on fold 0's dev split (scripts/choose_rates.py), then the chosen
-#             variants on every fold, fold by fold, so that a partial grid is balanced.
+#             variants on every fold, fold by fold, so that a partial grid is balanced;
+#   report    the Hyperpartisan tables of the chosen rates (`tisa-hf report`, cross-validated and per fold), paired
+#             to each 512-token baseline, into runs/hyperpartisan-minilm/report-paired-{head,head-tail}.{md,json}:
+#             derived from the finished runs, rewritten on every call (a partial grid says how many folds it has).
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage, into runs/
@@ -100,13 +103,23 @@ stage_classify() {
     tisa-hf sweep --config "$HYPERPARTISAN" --variants "${chosen[@]}"
 }
 
+stage_report() {
+    local chosen out
+    out=$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["output_dir"])' "$HYPERPARTISAN")
+    read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN" --fold 0 --folders)
+    tisa-hf report "${chosen[@]}" --paired "baseline, head 512" \
+        --out "$out/report-paired-head.md" --json "$out/report-paired-head.json"
+    tisa-hf report "${chosen[@]}" --paired "baseline, head+tail 512" \
+        --out "$out/report-paired-head-tail.md" --json "$out/report-paired-head-tail.json"
+}
+
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 classify)
+[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 classify report)
 for stage in "${stages[@]}"; do
     case $stage in
-        adapt | embed | embed-8192 | classify) "stage_${stage//-/_}" ;;
+        adapt | embed | embed-8192 | classify | report) "stage_${stage//-/_}" ;;
         *)
-            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192 or classify." >&2
+            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192, classify or report." >&2
             exit 2
             ;;
     esac
