@@ -20,17 +20,26 @@
 #             each configuration chosen on fold 0's dev split (scripts/choose_rates.py), then the chosen
 #             variants on every fold, fold by fold, so that a partial grid is balanced;
 #   report    the Hyperpartisan tables of the chosen rates (`tisa-hf report`, cross-validated and per fold), paired
-#             to each 512-token baseline, into runs/hyperpartisan-minilm/report-paired-{head,head-tail}.{md,json}:
+#             to each 512-token baseline, interpolation and the bag-of-words control, into
+#             runs/hyperpartisan-minilm/report-paired-{head,head-tail,interp,s0}.{md,json}:
 #             derived from the finished runs, rewritten on every call (a partial grid says how many folds it has).
+# For one GPU (each a few minutes to tens of minutes there; hours to days on 2 CPU cores):
+#   classify-2048  the same comparison at 2,048 tokens with three seeds (configs/sweeps/hyperpartisan-minilm-2048.yaml,
+#             bf16): fold 0's rate grid, then the chosen variants on every fold, WORKERS sweeps at once sharing the
+#             device (the rate grid split between them, then a fold each);
+#   report-2048  its tables, as `report` (REPORT_SEEDS="1" limits a report to the seeds every run has finished);
+#   embed-32k  retrieval at 16,384 and 32,768 tokens, 50 documents and 25 queries a length.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
-#   bash scripts/longdoc_minilm.sh                  # every stage, into runs/
+#   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
 #   bash scripts/longdoc_minilm.sh adapt embed      # some stages, in the order given
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ADAPTED=${ADAPTED:-runs/adapt-minilm}
 HYPERPARTISAN=configs/sweeps/hyperpartisan-minilm.yaml
+HYPERPARTISAN_2048=configs/sweeps/hyperpartisan-minilm-2048.yaml
+WORKERS=${WORKERS:-1}
 BASELINES=(trunc:minilm chunk:minilm interp:minilm)
 export HF_HUB_OFFLINE=1
 
@@ -44,8 +53,9 @@ adapted_models() {  # the finished adapted models, one a line; the missing ones 
     done
 }
 
-ready_variants() {  # the sweep's variants whose model is there (the packaged one, or a finished adapted folder)
-    python - "$HYPERPARTISAN" <<'PY'
+ready_variants() {  # ready_variants SWEEP: its variants whose model is there (the packaged one, or a finished
+    # adapted folder)
+    python - "$1" <<'PY'
 import sys
 from pathlib import Path
 
@@ -97,29 +107,69 @@ stage_embed_8192() {
 
 stage_classify() {
     local ready chosen
-    mapfile -t ready < <(ready_variants)
+    mapfile -t ready < <(ready_variants "$HYPERPARTISAN")
     tisa-hf sweep --config "$HYPERPARTISAN" --folds 0 --variants "${ready[@]}"
     read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN" --fold 0)
     tisa-hf sweep --config "$HYPERPARTISAN" --variants "${chosen[@]}"
 }
 
-stage_report() {
-    local chosen out
-    out=$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["output_dir"])' "$HYPERPARTISAN")
-    read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN" --fold 0 --folders)
-    tisa-hf report "${chosen[@]}" --paired "baseline, head 512" \
-        --out "$out/report-paired-head.md" --json "$out/report-paired-head.json"
-    tisa-hf report "${chosen[@]}" --paired "baseline, head+tail 512" \
-        --out "$out/report-paired-head-tail.md" --json "$out/report-paired-head-tail.json"
+stage_classify_2048() {  # as stage_classify, in WORKERS sweeps at once (each run is its own folder and lock)
+    local ready chosen worker fold failed=0 pids=()
+    mapfile -t ready < <(ready_variants "$HYPERPARTISAN_2048")
+    for ((worker = 0; worker < WORKERS; worker++)); do
+        local part=()
+        for ((i = worker; i < ${#ready[@]}; i += WORKERS)); do part+=("${ready[i]}"); done
+        [[ ${#part[@]} -gt 0 ]] || continue
+        tisa-hf sweep --config "$HYPERPARTISAN_2048" --folds 0 --seeds 1 --variants "${part[@]}" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+    ((failed == 0)) || return 1
+    read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN_2048" --fold 0)
+    pids=()
+    for fold in 0 1 2 3 4; do
+        tisa-hf sweep --config "$HYPERPARTISAN_2048" --variants "${chosen[@]}" --folds "$fold" &
+        pids+=($!)
+        ((${#pids[@]} < WORKERS)) || { wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); }
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+    ((failed == 0))
+}
+
+report() {  # report SWEEP LENGTH: its tables at the chosen rates, paired to each 512-token baseline, to position
+    # interpolation to LENGTH and to the adapted bag-of-words control, into OUTPUT_DIR/report-paired-NAME.{md,json}
+    local chosen out seeds=() reference name
+    out=$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["output_dir"])' "$1")
+    read -ra chosen < <(python scripts/choose_rates.py "$1" --fold 0 --folders)
+    [[ -n ${REPORT_SEEDS:-} ]] && read -ra seeds <<<"--seeds $REPORT_SEEDS"
+    # NAME:VARIANT PREFIX:ROW, each paired to once its configuration has a chosen rate
+    for reference in "head:head-512-:baseline, head 512" "head-tail:head-tail-512-:baseline, head+tail 512" \
+        "interp:interp-:baseline, interpolated $2" \
+        "s0:s0-bag-of-words-:S=0 (bag of words), adapted (distill, trained: all), head $2"; do
+        IFS=: read -r name prefix row <<<"$reference"
+        [[ " ${chosen[*]} " == *"/$prefix"* ]] || continue
+        tisa-hf report "${chosen[@]}" "${seeds[@]}" --paired "$row" \
+            --out "$out/report-paired-$name.md" --json "$out/report-paired-$name.json"
+    done
+}
+
+stage_report() { report "$HYPERPARTISAN" 1024; }
+stage_report_2048() { report "$HYPERPARTISAN_2048" 2048; }
+
+stage_embed_32k() {
+    local adapted
+    mapfile -t adapted < <(adapted_models)
+    retrieval --lengths 16384 32768 --documents 50 --queries 25 --out runs/longembed-minilm-32k
 }
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 classify report)
+[[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
 for stage in "${stages[@]}"; do
     case $stage in
-        adapt | embed | embed-8192 | classify | report) "stage_${stage//-/_}" ;;
+        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k) "stage_${stage//-/_}" ;;
         *)
-            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192, classify or report." >&2
+            echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192, classify, report," \
+                "classify-2048, report-2048 or embed-32k." >&2
             exit 2
             ;;
     esac

@@ -142,3 +142,32 @@ def test_a_task_of_three_classes_shows_no_positive_class_f1(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| 62.5 ± 0.0 | n/a | 1 x 1 |" in text and "| 62.5 / n/a |" in text
     assert "n/a: a task of more than two classes has no positive class" in text
+
+
+def test_a_schedule_that_follows_the_folds_training_size_is_one_variant(tmp_path):
+    """Folds of 463 and 465 training articles resolve 5 epochs to 145 and 150 steps: the same variant. Two step
+    counts on one fold are two variants."""
+    predicted = {fold: labels_of(fold) for fold in FOLDS}
+    config = {"max_seq_length": 512, "truncation": "head"}
+    for fold, steps in ((0, 145), (1, 150)):
+        write_document_run(tmp_path / "cv", "head-512", fold, 1, predicted[fold], {**config, "max_steps": steps})
+    assert {run["variant"] for run in collect(tmp_path / "cv")} == {"baseline, head 512"}
+
+    for steps in (145, 300):
+        write_document_run(tmp_path / f"steps-{steps}", "head-512", 0, 1, predicted[0], {**config, "max_steps": steps})
+    variants = {run["variant"] for run in collect([tmp_path / "steps-145", tmp_path / "steps-300"])}
+    assert variants == {"baseline, head 512 (max_steps=145)", "baseline, head 512 (max_steps=300)"}
+
+
+def test_a_grid_with_more_seeds_on_some_folds_says_so(fold_runs, capsys):
+    root, _ = fold_runs
+    assert main([str(root)]) == 0
+    assert "| 2 x 2 |" in capsys.readouterr().out
+    for run_file in (root / "s5-2048" / "fold-1" / "seed-2").iterdir():
+        run_file.unlink()
+    (root / "s5-2048" / "fold-1" / "seed-2").rmdir()
+    assert main([str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "TISA S=5 (replace), head 2048 |" in text and "| 2 x 1-2 (uneven) |" in text
+    assert main([str(root), "--seeds", "1"]) == 0
+    assert "| 2 x 1 |" in capsys.readouterr().out

@@ -90,6 +90,26 @@ def test_bias_row_blocks_are_row_major_rows_of_the_full_bias(length, block):
         assert stop - start == 1 or rows.stride(-2) >= length
 
 
+@pytest.mark.parametrize(("length", "block"), [(9, 4), (9, 3), (10, 3), (16, 4), (9, 9)])
+def test_aligned_mask_copies_only_windows_cuda_cannot_read(length, block):
+    """CUDA's memory-efficient kernel reads masks in 16-byte vectors: a band window starting `shift` elements in,
+    or with rows an odd number of floats apart, is copied to a fresh, aligned allocation; an aligned one is not."""
+    mask = torch.randn(HEADS, 2 * length - 1)
+    for _, _, rows in attention.ToeplitzBias(mask, length).row_blocks(block):
+        aligned = attention.aligned_mask(rows)
+        strides = [stride * 4 for dimension, stride in enumerate(rows.stride()[:-1]) if rows.shape[dimension] > 1]
+        # a contiguous mask's row length PyTorch pads itself; a window's row stride it takes as it is
+        already = rows.data_ptr() % 16 == 0 and (rows.is_contiguous() or all(stride % 16 == 0 for stride in strides))
+        assert (aligned is rows) == already
+        assert torch.equal(aligned, rows) and aligned.data_ptr() % 16 == 0
+        if not already:
+            assert aligned.is_contiguous()
+    fresh = torch.randn(2, HEADS, 5, 7)
+    assert attention.aligned_mask(fresh) is fresh  # contiguous: PyTorch pads its 7-float rows itself
+    offset = torch.randn(2 * HEADS * 5 * 8 + 1)[1:].view(2, HEADS, 5, 8)  # contiguous, one float in
+    assert offset.data_ptr() % 16 != 0 and attention.aligned_mask(offset).data_ptr() % 16 == 0
+
+
 def test_benchmark_baseline_builds_the_same_bias():
     module = random_bias_module()
     with torch.no_grad():

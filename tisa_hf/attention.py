@@ -266,6 +266,25 @@ class ToeplitzBias:
             yield start, stop, band[:, :, : stop - start, shift : shift + length]
 
 
+# CUDA's memory-efficient attention reads its mask in 16-byte vectors: the mask must start at such an address and
+# each of its rows too ("CUDA error: misaligned address" otherwise).
+MASK_ALIGNMENT_BYTES = 16
+
+
+def aligned_mask(mask: torch.Tensor) -> torch.Tensor:
+    """`mask`, or a fresh copy of it where its start or a row stride is not aligned to MASK_ALIGNMENT_BYTES.
+
+    A block's rows are a window `shift` elements into the band (`ToeplitzBias.row_blocks`), which the fused CPU
+    kernel reads in place; on CUDA such a window is misaligned, and a fresh allocation is not. (PyTorch pads a
+    contiguous mask whose row length is not a multiple of the alignment itself.)"""
+    if mask.is_contiguous():
+        return mask if mask.data_ptr() % MASK_ALIGNMENT_BYTES == 0 else mask.clone()
+    size = mask.element_size()
+    strides = [stride * size for dimension, stride in enumerate(mask.stride()[:-1]) if mask.shape[dimension] > 1]
+    aligned = mask.data_ptr() % MASK_ALIGNMENT_BYTES == 0 and all(s % MASK_ALIGNMENT_BYTES == 0 for s in strides)
+    return mask if aligned else mask.contiguous()
+
+
 def blockwise_biased_sdpa(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -282,12 +301,15 @@ def blockwise_biased_sdpa(
     outputs = []
     for start, stop, rows in bias.row_blocks(block):
         block_mask = mask[..., start:stop, :] if mask is not None and mask.shape[-2] > 1 else mask
+        block_bias = merge_bias(block_mask, rows)
+        if block_bias.device.type != "cpu":
+            block_bias = aligned_mask(block_bias)
         outputs.append(
             torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, start:stop],
                 key,
                 value,
-                attn_mask=merge_bias(block_mask, rows),
+                attn_mask=block_bias,
                 dropout_p=dropout,
                 scale=scale,
             )
@@ -373,6 +395,11 @@ def sdpa_backend(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | No
     return _SDPA_BACKENDS.get(choice, f"backend {choice}")
 
 
+# PyTorch's CUDA flex attention kernel refuses smaller heads while compiling ("embedding dimension of the query,
+# key, and value must be at least 16"), deep inside Inductor.
+FLEX_CUDA_MIN_HEAD_DIM = 16
+
+
 def flex_refusal(kernels: TisaPositionBias | None, query: torch.Tensor, dropout: float) -> str | None:
     """Why `tisa_flex_attention` cannot run a call, or None where it can."""
     if dropout:
@@ -384,5 +411,11 @@ def flex_refusal(kernels: TisaPositionBias | None, query: torch.Tensor, dropout:
         return (
             "flex attention cannot train TISA kernels on CPU: PyTorch has no flex attention backward there. Use "
             "attn_implementation='sdpa' to train on CPU (flex attention runs inference on CPU and trains on CUDA)."
+        )
+    if query.device.type == "cuda" and query.shape[-1] < FLEX_CUDA_MIN_HEAD_DIM:
+        return (
+            f"flex attention on CUDA needs heads of at least {FLEX_CUDA_MIN_HEAD_DIM} dimensions (PyTorch's flex "
+            f"kernel does not compile smaller ones), and this model's have {query.shape[-1]}: use "
+            "attn_implementation='sdpa'."
         )
     return None

@@ -72,13 +72,26 @@ def fold_table(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
         }
         if not per_fold:
             continue
-        entry: dict[str, Any] = {"folds": per_fold, "seeds": sorted({s for seeds in folds.values() for s in seeds})}
+        entry: dict[str, Any] = {
+            "folds": per_fold,
+            "seeds": sorted({s for seeds in folds.values() for s in seeds}),
+            "seeds_per_fold": {fold: len(folds[fold]) for fold in per_fold},
+        }
         for _, metric in COLUMNS:
             values = [scores[metric] for scores in per_fold.values()]
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             entry[metric] = {"mean": statistics.mean(values), "sd": spread}
         table[key] = entry
     return table
+
+
+def _replicates(entry: dict[str, Any]) -> str:
+    """`folds x seeds`; where folds have different numbers of seeds (a grid still running), their range, marked:
+    each fold's mean is then over its own seeds, and `--seeds` gives the balanced part."""
+    counts = entry["seeds_per_fold"].values()
+    fewest, most = min(counts), max(counts)
+    seeds = str(most) if fewest == most else f"{fewest}-{most} (uneven)"
+    return f"{len(entry['folds'])} x {seeds}"
 
 
 def _points(value: float) -> str:
@@ -100,7 +113,7 @@ def render(table: dict[tuple[str, str], dict[str, Any]]) -> str:
                 NO_F1 if np.isnan(entry[metric]["mean"]) else f"{entry[metric]['mean']:.1f} ± {entry[metric]['sd']:.1f}"
                 for _, metric in COLUMNS
             ]
-            lines.append(f"| {variant} | {' | '.join(cells)} | {len(entry['folds'])} x {len(entry['seeds'])} |")
+            lines.append(f"| {variant} | {' | '.join(cells)} | {_replicates(entry)} |")
         lines += ["", f"### {model}: test accuracy / F1 per fold", "", "| | " + " | ".join(names) + " |"]
         lines.append("|---" * (len(names) + 1) + "|")
         for variant in variants:

@@ -31,7 +31,7 @@ from .glue_data import TASKS
 from .metrics import glue_metric
 from .paired import paired_bootstrap
 from .predictions import SplitPredictions, read_predictions
-from .run_folder import DOCUMENTS_KEY, METRICS_FILE, PREDICTIONS_FILE, RunFolder
+from .run_folder import DOCUMENTS_KEY, METRICS_FILE, PREDICTIONS_FILE, SCHEDULE_SETTINGS, RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -145,11 +145,14 @@ def label_variants(results: list[dict[str, Any]]) -> None:
         settings = [_defining_settings(result) for result in group]
         # Only settings every run records: one that older runs lack did not exist yet, so they ran its default.
         shared = set.intersection(*(set(defining) for defining in settings))
-        values: dict[tuple[str, str], set[str | None]] = defaultdict(set)
+        # The resolved schedule follows the training set's size, which differs between cross-validation folds: it
+        # tells variants apart only between runs of one fold.
+        values: dict[tuple[str, Any, str], set[str | None]] = defaultdict(set)
         for result, defining in zip(group, settings, strict=True):
+            fold = (result.get("config") or {}).get("fold")
             for name in shared:
-                values[(result["task"], name)].add(defining[name])
-        differing = sorted({name for (_, name), seen in values.items() if len(seen) > 1})
+                values[(result["task"], fold if name in SCHEDULE_SETTINGS else None, name)].add(defining[name])
+        differing = sorted({name for (_, _, name), seen in values.items() if len(seen) > 1})
         for result, defining in zip(group, settings, strict=True):
             shown = ", ".join(f"{name}={json.loads(defining[name])}" for name in differing)
             result["variant"] = f"{label} ({shown})" if differing else label
