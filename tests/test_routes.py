@@ -115,3 +115,20 @@ def test_flex_with_attention_dropout_is_refused_with_the_fix():
     refused = pytest.raises(UsageError, match=r"^flex attention has no attention dropout, and this model's is 0\.1")
     with refused, torch.no_grad():
         model(input_ids=input_ids, attention_mask=mask)
+
+
+def test_the_reported_backend_is_asked_about_a_mask_laid_out_like_the_bias(monkeypatch):
+    """Off the CPU, PyTorch's fused SDPA kernels refuse a mask whose last dimension is not of stride 1 (the math
+    backend then runs), so the stand-in mask `tisa-hf env` asks about must keep the stored bias's stride 1 there,
+    while being no larger than one row."""
+    seen = []
+
+    def recording_backend(query, key, mask, dropout):
+        seen.append(mask)
+        return "flash"
+
+    monkeypatch.setattr(attention, "sdpa_backend", recording_backend)
+    for phase in routes.PHASES:
+        routes.route("sdpa", phase, 64, SHAPE, CPU, None)
+    assert seen and all(mask.stride(-1) == 1 and mask.shape[-1] == 64 for mask in seen)
+    assert all(mask.untyped_storage().nbytes() == 64 * 4 for mask in seen)
