@@ -25,8 +25,8 @@
 #             derived from the finished runs, rewritten on every call (a partial grid says how many folds it has).
 # For one GPU (each a few minutes to tens of minutes there; hours to days on 2 CPU cores):
 #   classify-2048  the same comparison at 2,048 tokens with three seeds (configs/sweeps/hyperpartisan-minilm-2048.yaml,
-#             bf16): fold 0's rate grid, then the chosen variants on every fold, WORKERS sweeps at once sharing the
-#             device (the rate grid split between them, then a fold each);
+#             bf16); WORKERS=5 runs five sweeps at once sharing the device (the rate grid split between them by
+#             variant, then the folds; `classify` takes WORKERS too);
 #   report-2048  its tables, as `report` (REPORT_SEEDS="1" limits a report to the seeds every run has finished);
 #   embed-32k  retrieval at 16,384 and 32,768 tokens, 50 documents and 25 queries a length.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
@@ -105,41 +105,47 @@ stage_embed_8192() {
     retrieval --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192
 }
 
-stage_classify() {
-    local ready chosen
-    mapfile -t ready < <(ready_variants "$HYPERPARTISAN")
-    tisa-hf sweep --config "$HYPERPARTISAN" --folds 0 --variants "${ready[@]}"
-    read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN" --fold 0)
-    tisa-hf sweep --config "$HYPERPARTISAN" --variants "${chosen[@]}"
+sweep_setting() {  # sweep_setting SWEEP KEY: the sweep file's KEY, a list as its items on one line
+    python -c 'import sys, yaml
+value = yaml.safe_load(open(sys.argv[1]))[sys.argv[2]]
+print(*value) if isinstance(value, list) else print(value)' "$1" "$2"
 }
 
-stage_classify_2048() {  # as stage_classify, in WORKERS sweeps at once (each run is its own folder and lock)
-    local ready chosen worker fold failed=0 pids=()
-    mapfile -t ready < <(ready_variants "$HYPERPARTISAN_2048")
-    for ((worker = 0; worker < WORKERS; worker++)); do
+sweep_parts() {  # sweep_parts SWEEP OPTION "ITEM..." ARG...: `tisa-hf sweep --config SWEEP ARG...` over the items
+    # split round-robin into WORKERS processes at once (each run is its own folder and lock), each given its part
+    # as `OPTION ITEM...`; fails if any of them failed
+    local sweep=$1 option=$2 items worker i failed=0 pids=()
+    read -ra items <<<"$3"
+    shift 3
+    for ((worker = 0; worker < WORKERS && worker < ${#items[@]}; worker++)); do
         local part=()
-        for ((i = worker; i < ${#ready[@]}; i += WORKERS)); do part+=("${ready[i]}"); done
-        [[ ${#part[@]} -gt 0 ]] || continue
-        tisa-hf sweep --config "$HYPERPARTISAN_2048" --folds 0 --seeds 1 --variants "${part[@]}" &
+        for ((i = worker; i < ${#items[@]}; i += WORKERS)); do part+=("${items[i]}"); done
+        tisa-hf sweep --config "$sweep" "$@" "$option" "${part[@]}" &
         pids+=($!)
-    done
-    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
-    ((failed == 0)) || return 1
-    read -ra chosen < <(python scripts/choose_rates.py "$HYPERPARTISAN_2048" --fold 0)
-    pids=()
-    for fold in 0 1 2 3 4; do
-        tisa-hf sweep --config "$HYPERPARTISAN_2048" --variants "${chosen[@]}" --folds "$fold" &
-        pids+=($!)
-        ((${#pids[@]} < WORKERS)) || { wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); }
     done
     for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
     ((failed == 0))
 }
 
+classify() {  # classify SWEEP: every ready variant on fold 0 with the first seed (split by variant), the rate of
+    # each configuration chosen on fold 0's dev split, then the chosen variants on every fold and seed (split by
+    # fold; each sweep goes seed by seed, so a stopped grid holds whole seeds)
+    local ready chosen seeds folds
+    mapfile -t ready < <(ready_variants "$1")
+    read -ra seeds < <(sweep_setting "$1" seeds)
+    sweep_parts "$1" --variants "${ready[*]}" --folds 0 --seeds "${seeds[0]}"
+    read -ra chosen < <(python scripts/choose_rates.py "$1" --fold 0)
+    folds=$(sweep_setting "$1" folds)
+    sweep_parts "$1" --folds "$folds" --variants "${chosen[@]}"
+}
+
+stage_classify() { classify "$HYPERPARTISAN"; }
+stage_classify_2048() { classify "$HYPERPARTISAN_2048"; }
+
 report() {  # report SWEEP LENGTH: its tables at the chosen rates, paired to each 512-token baseline, to position
     # interpolation to LENGTH and to the adapted bag-of-words control, into OUTPUT_DIR/report-paired-NAME.{md,json}
     local chosen out seeds=() reference name
-    out=$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["output_dir"])' "$1")
+    out=$(sweep_setting "$1" output_dir)
     read -ra chosen < <(python scripts/choose_rates.py "$1" --fold 0 --folders)
     [[ -n ${REPORT_SEEDS:-} ]] && read -ra seeds <<<"--seeds $REPORT_SEEDS"
     # NAME:VARIANT PREFIX:ROW, each paired to once its configuration has a chosen rate

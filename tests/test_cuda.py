@@ -13,10 +13,10 @@ from tests.fixtures import tiny_config
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda")
-# Relative error (norm of the difference over the norm of the reference) allowed per precision: float32 agrees
-# to rounding; bf16 keeps 8 bits of mantissa and fp16 11, and eager and sdpa round in different places.
 # Heads of 16 dimensions, the smallest PyTorch's CUDA flex attention compiles (the tiny config's are 8).
 FLEX_SIZES = {"hidden_size": 64, "intermediate_size": 64}
+# Relative error (norm of the difference over the norm of the reference) allowed per precision: float32 agrees
+# to rounding; bf16 keeps 8 bits of mantissa and fp16 11, and eager and sdpa round in different places.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
 

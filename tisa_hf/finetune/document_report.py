@@ -58,7 +58,7 @@ def _by_variant(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int
 
 def fold_table(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """{(model, variant): {"folds": {fold: {metric: mean over seeds}}, metric: {"mean", "sd"} over folds,
-    "seeds": sorted seeds}} of the test scores, in points."""
+    "seeds": sorted seeds, "seeds_per_fold": {fold: how many}}} of the test scores, in points."""
     table = {}
     for key, folds in _by_variant(results).items():
         per_fold = {
