@@ -7,7 +7,12 @@ which reads this package's `options` module, answers without importing torch or 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the lazy exports below, for type checkers and the API reference
+    from .sentence_models import save_sentence_transformer as save_sentence_transformer
+    from .sentence_models import to_tisa_sentence_transformer as to_tisa_sentence_transformer
+    from .sentence_models import write_sentence_transformer as write_sentence_transformer
 
 _EXPORTS = {
     "to_tisa_sentence_transformer": "sentence_models",
