@@ -9,6 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import transformers
 from transformers import PreTrainedConfig
 
 from .adapters import EncoderAdapter, adapter_for
@@ -21,6 +22,7 @@ from .names import plain_implementation, tisa_implementation, tisa_model_type
 # the model is TISA's, and which backend runs it stays the caller's choice, as for any model.
 ATTENTION_KEY = "attn_implementation"
 ATTENTION_MARK = tisa_implementation("sdpa")
+TISA_CLASS_PREFIX = "Tisa"  # TisaBertConfig, TisaBertForSequenceClassification: transformers' class name after it
 
 
 class TisaConfigMixin:
@@ -97,11 +99,42 @@ def tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTrainedCo
 
 @functools.cache
 def _build_tisa_config_class(config_class: type[PreTrainedConfig]) -> type[PreTrainedConfig]:
-    return type(
-        f"Tisa{config_class.__name__}",
-        (TisaConfigMixin, config_class),
-        {"model_type": tisa_model_type(config_class.model_type), "__module__": __name__},
-    )
+    name = TISA_CLASS_PREFIX + config_class.__name__
+    namespace = {"model_type": tisa_model_type(config_class.model_type), "__module__": __name__, "__qualname__": name}
+    return publish_class(globals(), type(name, (TisaConfigMixin, config_class), namespace))
+
+
+def publish_class(module_globals: dict[str, Any], tisa_class: type) -> type:
+    """Makes a TISA class an attribute of its module under its name, where pickle looks a class up (a model sent
+    to another process, `torch.save`). A name already taken (a class of the same name outside transformers) is
+    kept: pickle then refuses the newcomer by name instead of loading the other."""
+    module_globals.setdefault(tisa_class.__qualname__, tisa_class)
+    return tisa_class
+
+
+def transformers_base_class(name: str, kind: type) -> type:
+    """The transformers class a TISA class name is built on (`TisaBertConfig` -> `BertConfig`), of `kind`, for the
+    module `__getattr__` through which a process that has not built a TISA class yet (a worker unpickling a model)
+    finds it. An AttributeError for any other name, saying what is missing where the name is TISA's."""
+    base_name = name.removeprefix(TISA_CLASS_PREFIX)
+    base = getattr(transformers, base_name, None) if base_name != name else None
+    if not (isinstance(base, type) and issubclass(base, kind)):
+        if base_name == name or name.startswith("__"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        raise AttributeError(
+            f"{name} is not a TISA class that tisa_hf can build: transformers has no {kind.__name__} named "
+            f"{base_name!r}. Build it in this process before unpickling (tisa_hf.patch a {base_name})."
+        )
+    try:
+        adapter_for(base.model_type if issubclass(base, PreTrainedConfig) else base.config_class.model_type)
+    except ValueError as error:
+        raise AttributeError(f"{name} cannot be built: {error} Register it before unpickling.") from None
+    return base
+
+
+def __getattr__(name: str) -> type[PreTrainedConfig]:
+    """TISA config classes by name (`TisaBertConfig`), built on first use (see `transformers_base_class`)."""
+    return tisa_config_class(transformers_base_class(name, PreTrainedConfig))
 
 
 def _architecture_settings(config: PreTrainedConfig) -> dict[str, Any]:

@@ -25,7 +25,15 @@ from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from .adapters import ADAPTERS, EncoderAdapter, adapter_for, find_base_model
 from .config import TisaConfig
-from .model_configs import TisaConfigMixin, register_config_type, tisa_config_class, tisa_model_config
+from .model_configs import (
+    TISA_CLASS_PREFIX,
+    TisaConfigMixin,
+    publish_class,
+    register_config_type,
+    tisa_config_class,
+    tisa_model_config,
+    transformers_base_class,
+)
 from .names import BIAS_ATTRIBUTE, plain_implementation, tisa_implementation
 from .patching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_bias_module, tisa_config_of
 
@@ -137,11 +145,20 @@ def tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel
 
 @functools.cache
 def _build_tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
-    return type(
-        f"Tisa{model_class.__name__}",
-        (TisaModelMixin, model_class),
-        {"config_class": tisa_config_class(model_class.config_class), "__module__": __name__},
-    )
+    name = TISA_CLASS_PREFIX + model_class.__name__
+    namespace = {
+        "config_class": tisa_config_class(model_class.config_class),
+        "__module__": __name__,
+        "__qualname__": name,
+    }
+    return publish_class(globals(), type(name, (TisaModelMixin, model_class), namespace))
+
+
+def __getattr__(name: str) -> type[PreTrainedModel]:
+    """TISA model classes by name (`TisaBertForSequenceClassification`), built on first use: pickle imports this
+    module (and so tisa_hf, which registers TISA) and finds the class here in a process that has not built it yet
+    (see `model_configs.transformers_base_class`)."""
+    return tisa_model_class(transformers_base_class(name, PreTrainedModel))
 
 
 @functools.cache

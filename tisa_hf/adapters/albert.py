@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 @functools.cache
 def tisa_albert_transformer() -> type:
     """`AlbertTransformer` that tells each group call which of the num_hidden_layers it is running (built on first
-    use, so that naming the adapter imports no model code)."""
+    use, so that naming the adapter imports no model code; pickle finds it by name through `__getattr__`)."""
     from transformers.modeling_outputs import BaseModelOutput
     from transformers.models.albert.modeling_albert import AlbertTransformer
 
@@ -29,7 +29,14 @@ def tisa_albert_transformer() -> type:
                 hidden_states = group(hidden_states, attention_mask, **{LAYER_INDEX_KWARG: index * inner}, **kwargs)
             return BaseModelOutput(last_hidden_state=hidden_states)
 
+    TisaAlbertTransformer.__qualname__ = TisaAlbertTransformer.__name__
     return TisaAlbertTransformer
+
+
+def __getattr__(name: str) -> type:
+    if name == "TisaAlbertTransformer":
+        return tisa_albert_transformer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class AlbertAdapter(EncoderAdapter):
