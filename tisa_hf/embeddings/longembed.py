@@ -1,16 +1,17 @@
 """`tisa-hf longembed`: retrieval past the position table, on LongEmbed's synthetic tasks rebuilt offline.
 
-Per task (passkey, needle; `tasks.py`) and document length, every system (`systems.py`) embeds the same
-candidate documents and queries, and Acc@1 is the share of queries whose document is the most similar
-candidate (LongEmbed's nDCG@1 with one relevant document; a tie with another candidate counts as a miss). With
---paired REF, every other system's Acc@1 minus REF's with a 95% bootstrap interval over the queries (the same
-queries for both; tisa_hf/adapt/paired_blocks.py with one query per block).
+Per task (passkey, needle; `tasks.py`) and document length, every system (`systems.py`) scores the same
+candidate documents against the same queries, and Acc@1 is the share of queries whose document scores highest
+(LongEmbed's nDCG@1 with one relevant document; a tie with another candidate counts as a miss; `ranking.py`).
+A model embeds the documents' token ids; BM25 reads their text (the token ids decoded, special tokens left out);
+a hybrid fuses the rankings of the two. With --paired REF, every other system's Acc@1 minus REF's with a 95%
+bootstrap interval over the queries (the same queries for both; `records.py`).
 
 Everything that can be wrong (settings, output folder, systems' configs and tokenizers, lengths against the
 tables, the text) is checked and the documents are built before any model loads. OUT/longembed.json is
-rewritten after every finished (system, task, length) cell; a rerun with the same settings and documents skips
-the finished cells (and may add systems), --overwrite starts over. OUT/longembed.md holds the tables and
-OUT/longembed.png plots Acc@1 against length.
+rewritten after every finished (system, task, length) cell, whose scores are kept in OUT/scores/; a rerun with
+the same settings and documents skips the finished cells (and may add systems), --overwrite starts over.
+OUT/longembed.md holds the tables and OUT/longembed.png plots Acc@1 against length.
 """
 
 from __future__ import annotations
@@ -19,25 +20,39 @@ import argparse
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
 
-from ..adapt.paired_blocks import paired_difference
 from ..cli import entry
 from ..environment import machine, versions
 from ..errors import UsageError
 from ..markdown import markdown_table, paired_cell
 from .facts import NAMES
+from .lexical import bm25_scores
 from .options import longembed_parser
-from .systems import Embedder, SystemSpec, check_system_names, shared_tokenizer
+from .ranking import answer_ranks, reciprocal_rank_fusion
+from .records import check_out_folder, paired_per_query, resumable_record, save_array, scores_path, write_record
+from .systems import (
+    Embedder,
+    HybridSpec,
+    LexicalSpec,
+    RetrievalSystem,
+    SystemSpec,
+    check_hybrid_parts,
+    check_system_names,
+    dense_systems,
+    parse_system,
+    shared_tokenizer,
+)
 from .tasks import RetrievalSet, build_task, text_haystack
 
 logger = logging.getLogger(__name__)
@@ -53,9 +68,10 @@ class Evaluation:
     """What a run measures, checked and built before any model loads: the systems, the retrieval sets per task
     and length, and the record so far (a resumed one, or a new one)."""
 
-    systems: list[SystemSpec]
+    systems: list[RetrievalSystem]
     sets: dict[str, dict[int, RetrievalSet]]
     record: dict[str, Any]
+    tokenizer: PreTrainedTokenizerBase
 
 
 def requested_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,21 +93,8 @@ def check_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.queries > args.documents:
         raise UsageError(f"--queries {args.queries} is more than --documents {args.documents}; each asks for one.")
     check_system_names(args.systems, args.paired)
-    results = Path(args.out) / RESULTS_FILE
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out} is a file; give a folder.")
-    if not results.is_file() or args.overwrite:
-        return None
-    record = json.loads(results.read_text())
-    wanted = requested_settings(args)
-    old = record["settings"]
-    differ = [f"{key} {old.get(key)} -> {value}" for key, value in wanted.items() if old.get(key) != value]
-    if differ:
-        raise UsageError(
-            f"{results} holds results of other settings ({'; '.join(differ)}); rerun with its settings to resume, "
-            "or choose another --out, or pass --overwrite to start over."
-        )
-    return record
+    check_out_folder(args.out)
+    return resumable_record(Path(args.out) / RESULTS_FILE, requested_settings(args), args.overwrite)
 
 
 def documents_digest(sets: dict[str, dict[int, RetrievalSet]]) -> str:
@@ -107,10 +110,14 @@ def prepare(args: argparse.Namespace) -> Evaluation:
     """Checks everything and builds every document; loads no weights."""
     resumed = check_settings(args)
     settings = requested_settings(args)
-    systems = [SystemSpec.parse(spec) for spec in args.systems]
-    for spec in systems:
+    systems = [parse_system(spec) for spec in args.systems]
+    check_hybrid_parts(systems)
+    models = dense_systems(systems)
+    if not models:
+        raise UsageError("Give a model among the systems: the documents are built from its tokenizer's tokens.")
+    for spec in models:
         spec.check_lengths(settings["lengths"])
-    tokenizer = shared_tokenizer(systems)
+    tokenizer = shared_tokenizer(models)
     stream = text_haystack(args.text, tokenizer) if "needle" in args.tasks else None
     sets = {
         task: {
@@ -126,17 +133,7 @@ def prepare(args: argparse.Namespace) -> Evaluation:
             "another --out, or pass --overwrite to start over."
         )
     record = resumed or {"settings": settings, "systems": {}, "results": {}, "paired": {}}
-    return Evaluation(systems, sets, record)
-
-
-def correct_at_1(queries: torch.Tensor, documents: torch.Tensor, answers: list[int]) -> list[int]:
-    """Per query, 1 when its document is more similar to it (cosine of normalised embeddings) than every other
-    candidate, else 0."""
-    scores = queries @ documents.T
-    right = scores[torch.arange(len(answers)), torch.tensor(answers)]
-    others = scores.clone()
-    others[torch.arange(len(answers)), torch.tensor(answers)] = -torch.inf
-    return (right > others.max(-1).values).int().tolist()
+    return Evaluation(systems, sets, record, tokenizer)
 
 
 def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int) -> dict[str, Any]:
@@ -148,9 +145,7 @@ def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int)
             continue
         paired[name] = {
             task: {
-                length: paired_difference(
-                    cell["correct"], base[task][length]["correct"], [1] * len(cell["correct"]), resamples, seed
-                )
+                length: paired_per_query(cell["correct"], base[task][length]["correct"], resamples, seed)
                 for length, cell in per_length.items()
                 if length in base.get(task, {})
             }
@@ -159,26 +154,45 @@ def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int)
     return paired
 
 
-def plot_accuracy(record: dict[str, Any], path: Path) -> None:
-    """A panel per task: each system's Acc@1 against length (log axis), in the same colour on every panel."""
+MARKERS = "osD^v<>pXh*P"
+SPREAD = 0.035  # each system's points shifted by this many octaves of length from the next one's
+
+
+def accuracy_figure(record: dict[str, Any]) -> Figure:
+    """A panel per task: each system's Acc@1 against length (log axis), in the same colour and marker on every
+    panel. Systems with equal numbers would hide each other's lines, so each system gets its own marker and is
+    shifted a little along the length axis (SPREAD octaves from the next)."""
     tasks = record["settings"]["tasks"]
     lengths = record["settings"]["lengths"]
-    figure = Figure(figsize=(5.0 * len(tasks), 4.2 + 0.25 * len(record["results"])), layout="constrained")
+    names = list(record["results"])
+    figure = Figure(figsize=(5.0 * len(tasks), 4.2 + 0.25 * len(names)), layout="constrained")
     for axis, task in zip(figure.subplots(1, len(tasks), squeeze=False)[0], tasks, strict=True):
-        for index, (name, results) in enumerate(record["results"].items()):
-            points = sorted((int(length), cell["acc_at_1"]) for length, cell in results.get(task, {}).items())
+        for index, name in enumerate(names):
+            points = sorted(
+                (int(length), cell["acc_at_1"]) for length, cell in record["results"][name].get(task, {}).items()
+            )
             if points:
-                axis.plot(*zip(*points, strict=True), marker="o", color=f"C{index % 10}", label=name)
+                shift = 2 ** (SPREAD * (index - (len(names) - 1) / 2))
+                xs, ys = zip(*points, strict=True)
+                axis.plot(
+                    [x * shift for x in xs],
+                    ys,
+                    marker=MARKERS[index % len(MARKERS)],
+                    markersize=5,
+                    alpha=0.85,
+                    color=f"C{index % 10}",
+                    label=name,
+                )
         axis.set_xscale("log", base=2)
         axis.set_xticks(lengths, labels=[str(length) for length in lengths])
         axis.minorticks_off()
         axis.set_ylim(-0.02, 1.02)
         axis.set_title(task)
-        axis.set_xlabel("document length (tokens)")
+        axis.set_xlabel("document length (tokens; systems shifted slightly apart)")
         axis.set_ylabel("Acc@1")
     handles, labels = figure.axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8)
-    figure.savefig(path, dpi=110)
+    return figure
 
 
 def format_tables(record: dict[str, Any]) -> str:
@@ -209,11 +223,65 @@ def format_tables(record: dict[str, Any]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-def write_record(record: dict[str, Any], out: Path) -> None:
-    """The record, replaced whole (a kill mid-write leaves the previous one)."""
-    partial = out / f"{RESULTS_FILE}.partial"
-    partial.write_text(json.dumps(record, indent=2))
-    os.replace(partial, out / RESULTS_FILE)
+def ordered(systems: list[RetrievalSystem]) -> list[RetrievalSystem]:
+    """The systems in the given order, hybrids last (they fuse the others' scores)."""
+    return sorted(systems, key=lambda system: isinstance(system, HybridSpec))
+
+
+def pending_cells(evaluation: Evaluation, out: Path) -> dict[str, list[tuple[str, int]]]:
+    """Per system, the (task, length) cells to measure: those without a result, and those whose scores a hybrid
+    still to be measured needs and `scores/` lacks (a record from before scores were kept, say)."""
+    results = evaluation.record["results"]
+    lengths = evaluation.record["settings"]["lengths"]
+    cells = [(task, length) for task in evaluation.sets for length in lengths]
+    pending = {
+        system.spec: [(task, n) for task, n in cells if str(n) not in results.get(system.spec, {}).get(task, {})]
+        for system in evaluation.systems
+    }
+    for system in evaluation.systems:
+        if isinstance(system, HybridSpec):
+            for part in (system.lexical, system.dense):
+                pending[part] += [
+                    cell
+                    for cell in pending[system.spec]
+                    if cell not in pending[part] and not scores_path(out, part, f"{cell[0]}-{cell[1]}").is_file()
+                ]
+    return pending
+
+
+def system_facts(system: RetrievalSystem) -> dict[str, Any]:
+    if isinstance(system, LexicalSpec):
+        return {"model": None, "reading": "bm25", "tokenizer": system.tokenizer}
+    if isinstance(system, HybridSpec):
+        return {"model": None, "reading": "hybrid", "fuses": [system.lexical, system.dense]}
+    return {
+        "model": system.facts.path,
+        "reading": system.reading,
+        "tisa": system.effective_tisa.to_dict() if system.effective_tisa else None,
+        "position_table_length": system.table_length,
+    }
+
+
+def cell_scores(
+    system: RetrievalSystem,
+    embedder: Embedder | None,
+    retrieval: RetrievalSet,
+    tokenizer: PreTrainedTokenizerBase,
+    out: Path,
+    label: str | None,
+) -> np.ndarray:
+    """The system's scores (queries x documents) of one cell."""
+    if isinstance(system, LexicalSpec):
+        texts = tokenizer.batch_decode(retrieval.documents, skip_special_tokens=True)
+        return bm25_scores(texts, retrieval.queries, system.tokenizer)
+    cell = f"{retrieval.task}-{retrieval.length}"
+    if isinstance(system, HybridSpec):
+        return reciprocal_rank_fusion(
+            *(np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
+        )
+    queries = embedder.read(retrieval.query_ids)
+    documents = embedder.read(retrieval.documents, progress=label)
+    return (queries @ documents.T).numpy()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -224,53 +292,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record.update(versions=versions(), machine=machine(device))
     lengths = record["settings"]["lengths"]
-    pending = {
-        spec.spec: [
-            (task, length)
-            for task in args.tasks
-            for length in lengths
-            if str(length) not in record["results"].get(spec.spec, {}).get(task, {})
-        ]
-        for spec in evaluation.systems
-    }
+    pending = pending_cells(evaluation, out)
     interactive = sys.stderr.isatty()
     cells = tqdm(total=sum(map(len, pending.values())), desc="longembed", disable=not interactive)
-    for spec in evaluation.systems:
-        if not pending[spec.spec]:
+    for system in ordered(evaluation.systems):
+        if not pending[system.spec]:
             continue
-        embedder = Embedder(spec, lengths[-1], device, args.batch_tokens)
-        record["systems"][spec.spec] = {
-            "model": spec.facts.path,
-            "reading": spec.reading,
-            "tisa": spec.effective_tisa.to_dict() if spec.effective_tisa else None,
-            "position_table_length": spec.table_length,
-        }
-        for task, length in pending[spec.spec]:
+        loads = isinstance(system, SystemSpec)
+        embedder = Embedder(system, lengths[-1], device, args.batch_tokens) if loads else None
+        record["systems"][system.spec] = system_facts(system)
+        for task, length in pending[system.spec]:
             started, cpu_started = time.perf_counter(), time.process_time()
             retrieval = evaluation.sets[task][length]
-            queries = embedder.read(retrieval.query_ids)
-            label = f"{spec.spec} {task} {length}" if interactive else None
-            documents = embedder.read(retrieval.documents, progress=label)
-            correct = correct_at_1(queries, documents, retrieval.answers)
+            label = f"{system.spec} {task} {length}" if interactive else None
+            scores = cell_scores(system, embedder, retrieval, evaluation.tokenizer, out, label)
+            save_array(scores_path(out, system.spec, f"{task}-{length}"), scores)
+            correct = [int(rank == 1) for rank in answer_ranks(scores, retrieval.answers)]
             cell = {
                 "acc_at_1": sum(correct) / len(correct),
                 "correct": correct,
                 "wall_time_s": round(time.perf_counter() - started, 2),
                 "cpu_time_s": round(time.process_time() - cpu_started, 2),  # every thread's: shared cores inflate
             }
-            record["results"].setdefault(spec.spec, {}).setdefault(task, {})[str(length)] = cell
-            write_record(record, out)
+            record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = cell
+            write_record(record, out / RESULTS_FILE)
             cells.update()
             summary = f"Acc@1 {cell['acc_at_1']:.3f} ({cell['wall_time_s']:.1f} s, {cell['cpu_time_s']:.1f} s CPU)"
-            logger.info("%s %s %d tokens: %s", spec.spec, task, length, summary)
+            logger.info("%s %s %d tokens: %s", system.spec, task, length, summary)
         del embedder
     cells.close()
     record["paired"] = {
         reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
     }
-    write_record(record, out)
+    write_record(record, out / RESULTS_FILE)
     (out / TABLES_FILE).write_text(format_tables(record))
-    plot_accuracy(record, out / PLOT_FILE)
+    accuracy_figure(record).savefig(out / PLOT_FILE, dpi=110)
     return record
 
 

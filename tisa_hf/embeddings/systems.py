@@ -14,6 +14,11 @@ Queries are read the same way as documents.
 - `tisa:MODE:S:MODEL`: MODEL given TISA with S kernels in MODE, fitted to its positional profiles and not
   adapted (`tisa:replace:5:minilm`).
 Every embedding is normalised, and documents are ranked by cosine similarity to the query.
+
+Two systems embed nothing (the retrieval commands take them; `lexical.py`, `ranking.py`):
+- `bm25` (`bm25:TOKENIZER`): BM25 over the documents' text.
+- `hybrid:BM25+SYSTEM`: reciprocal-rank fusion (k = 60) of the rankings of a BM25 system and a dense one, both
+  given as systems of the same run too (`hybrid:bm25+chunk:minilm`): what practitioners deploy.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from ..adapt.checkpoints import CheckpointFacts
 from ..adapt.interpolation import INTERPOLATION_PREFIX, PositionInterpolation
 from ..config import TisaConfig
 from ..errors import UsageError
+from .lexical import BM25_NAME, bm25_tokenizer
 from .pooling import chunk_average
 from .sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
 
 TRUNCATION_PREFIX = "trunc:"
 CHUNKING_PREFIX = "chunk:"
 TISA_PREFIX = "tisa:"
+HYBRID_PREFIX = "hybrid:"
 # The prefixes that choose how a model reads a document, and the reading's name
 READINGS = {TRUNCATION_PREFIX: "trunc", CHUNKING_PREFIX: "chunk", INTERPOLATION_PREFIX: "interp"}
 
@@ -94,6 +101,55 @@ class SystemSpec:
                 f"{has}. Give lengths up to {self.table_length}, or read longer documents with trunc:{model}, "
                 f"chunk:{model}, interp:{model} or a replace-mode model."
             )
+
+
+@dataclass(frozen=True)
+class LexicalSpec:
+    """BM25 over the documents' text with a named tokenizer (`lexical.py`); it reads any length."""
+
+    spec: str
+    tokenizer: str
+
+
+@dataclass(frozen=True)
+class HybridSpec:
+    """Reciprocal-rank fusion of a BM25 system's ranking and a dense system's, by their spellings."""
+
+    spec: str
+    lexical: str
+    dense: str
+
+
+RetrievalSystem = SystemSpec | LexicalSpec | HybridSpec
+
+
+def parse_system(spec: str) -> RetrievalSystem:
+    """A system of a retrieval command: BM25, a hybrid (its parts checked here), or a model read some way."""
+    if spec == BM25_NAME or spec.startswith(f"{BM25_NAME}:"):
+        return LexicalSpec(spec, bm25_tokenizer(spec))
+    if spec.startswith(HYBRID_PREFIX):
+        lexical, _, dense = spec.removeprefix(HYBRID_PREFIX).partition("+")
+        if not isinstance(parse_system(lexical), LexicalSpec) or not isinstance(parse_system(dense), SystemSpec):
+            raise UsageError(f"{spec}: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm.")
+        return HybridSpec(spec, lexical, dense)
+    return SystemSpec.parse(spec)
+
+
+def check_hybrid_parts(systems: list[RetrievalSystem]) -> None:
+    """Every hybrid's two systems are measured in the same run (the hybrid fuses their rankings)."""
+    given = {system.spec for system in systems}
+    for system in systems:
+        if isinstance(system, HybridSpec):
+            missing = [part for part in (system.lexical, system.dense) if part not in given]
+            if missing:
+                raise UsageError(
+                    f"{system.spec} fuses the rankings of {system.lexical} and {system.dense}; give "
+                    f"{' and '.join(missing)} among the systems too."
+                )
+
+
+def dense_systems(systems: list[RetrievalSystem]) -> list[SystemSpec]:
+    return [system for system in systems if isinstance(system, SystemSpec)]
 
 
 def check_system_names(systems: list[str], references: list[str]) -> None:

@@ -1,0 +1,45 @@
+"""BM25, the lexical baseline every long-document retrieval is measured against, from bm25s.
+
+bm25s' defaults: the Lucene variant (idf = ln(1 + (N - df + 0.5) / (df + 0.5)); term weight
+tf / (tf + k1 (1 - b + b |d| / avgdl))), k1 = 1.5, b = 0.75. Texts are tokenised by bm25s' own tokenizer:
+lowercased, words of two or more word characters (`(?u)\\b\\w\\w+\\b`), no stemming, and with the `english`
+tokenizer (`bm25`, `bm25:english`) bm25s' English stopwords removed; `bm25:plain` keeps every word.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UsageError
+
+BM25_NAME = "bm25"
+STOPWORDS = {"english": "english", "plain": None}  # tokenizer name -> bm25s' stopwords
+DEFAULT_TOKENIZER = "english"
+
+
+def bm25_tokenizer(spec: str) -> str:
+    """The tokenizer of a `bm25` or `bm25:TOKENIZER` spelling; an unknown one is refused naming the choices."""
+    name = spec.removeprefix(BM25_NAME).removeprefix(":") or DEFAULT_TOKENIZER
+    if name not in STOPWORDS:
+        raise UsageError(
+            f"{spec}: unknown BM25 tokenizer {name}; write bm25 (= bm25:{DEFAULT_TOKENIZER}, English stopwords "
+            f"removed) or bm25:{' or bm25:'.join(name for name in STOPWORDS if name != DEFAULT_TOKENIZER)}."
+        )
+    return name
+
+
+def tokenize(texts: list[str], tokenizer: str) -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(texts, stopwords=STOPWORDS[tokenizer], return_ids=False, show_progress=False)
+
+
+def bm25_scores(documents: list[str], queries: list[str], tokenizer: str) -> np.ndarray:
+    """BM25 scores, queries x documents (a query word absent from every document adds nothing; a query of
+    stopwords alone scores 0 everywhere)."""
+    import bm25s
+
+    index = bm25s.BM25()
+    index.index(tokenize(documents, tokenizer), show_progress=False)
+    rows = [index.get_scores(words) if words else np.zeros(len(documents)) for words in tokenize(queries, tokenizer)]
+    return np.stack(rows).astype(np.float64)

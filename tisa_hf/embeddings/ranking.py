@@ -1,0 +1,56 @@
+"""Ranking measures with one relevant document per query, and reciprocal-rank fusion.
+
+A query's rank is that of its document among all candidates, ties counted against it (rank 1 only when it
+scores strictly above every other candidate, as Acc@1 always was here). With one relevant document, nDCG@10 is
+1 / log2(rank + 1) when rank <= 10, else 0 (the ideal DCG is 1); MRR@10 is 1 / rank when rank <= 10.
+
+Reciprocal-rank fusion (Cormack et al., 2009) scores a document by the sum over the fused systems of
+1 / (k + its rank), k = 60 as in the paper and in practice; tied documents share their best rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+CUTOFF = 10
+RRF_K = 60
+
+
+def answer_ranks(scores: np.ndarray, answers: Sequence[int]) -> list[int]:
+    """Per query (a row of `scores`, one column per document), the rank of its document `answers[q]`: one plus
+    the number of other documents scoring at least as high."""
+    scores = np.asarray(scores)
+    right = scores[np.arange(len(answers)), np.asarray(answers)][:, None]
+    return ((scores >= right).sum(-1)).astype(int).tolist()  # the document itself is counted once: rank >= 1
+
+
+def acc_at_1(rank: int) -> float:
+    return float(rank == 1)
+
+
+def ndcg_at_10(rank: int) -> float:
+    return 1 / math.log2(rank + 1) if rank <= CUTOFF else 0.0
+
+
+def mrr_at_10(rank: int) -> float:
+    return 1 / rank if rank <= CUTOFF else 0.0
+
+
+MEASURES: dict[str, Callable[[int], float]] = {"ndcg_at_10": ndcg_at_10, "acc_at_1": acc_at_1, "mrr_at_10": mrr_at_10}
+MEASURE_LABELS = {"ndcg_at_10": "nDCG@10", "acc_at_1": "Acc@1", "mrr_at_10": "MRR@10"}
+
+
+def per_query(measure: str, ranks: Sequence[int]) -> list[float]:
+    return [MEASURES[measure](rank) for rank in ranks]
+
+
+def reciprocal_rank_fusion(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:
+    """The fused scores (queries x documents) of several systems' score matrices over the same documents."""
+    fused = np.zeros(np.shape(scores[0]))
+    for matrix in scores:
+        fused += 1 / (k + stats.rankdata(-np.asarray(matrix, dtype=float), method="min", axis=-1))
+    return fused
