@@ -72,3 +72,11 @@ def test_negative_scoring_r2_is_explained(results, tmp_path):
     html = write_html(result, save_figures(result, tmp_path), tmp_path).read_text(encoding="utf-8")
     assert NEGATIVE_R2_NOTE in html
     assert "R² &lt; 0 means f follows that profile less well than a constant would" in html
+
+
+def test_scoring_functions_are_compared_over_the_fit_profile_not_max_len(results, tmp_path):
+    """The analysis reads 32 positions; the kernels belong to the profile of the whole 200-position table."""
+    result = results["short"]
+    assert result.metrics["scoring_functions"]["profile_length"] == result.scoring.profile_length == 200
+    html = write_html(result, save_figures(result, tmp_path), tmp_path).read_text(encoding="utf-8")
+    assert "the one the kernel fit uses, over 200 positions (the TISA setting profile_length" in html

@@ -7,7 +7,7 @@ from transformers import BertModel
 import tisa_hf
 from tests.fixtures import tiny_config
 from tisa_hf.analysis.positional_attention import analyze_profiles, default_query_positions, select_layers
-from tisa_hf.analysis.scoring import compare_scoring_to_profiles
+from tisa_hf.analysis.scoring import compare_scoring_to_fitted_profiles, compare_scoring_to_profiles
 
 
 def tiny_bert(tisa=None) -> BertModel:
@@ -30,6 +30,17 @@ def test_fitted_kernels_reproduce_the_fit_r2():
     assert comparison.offsets.tolist() == list(range(-12, 13))
     assert comparison.r2.shape == (3, 4)
     assert torch.allclose(comparison.r2, reference.r2, atol=1e-3)
+
+
+def test_kernels_are_compared_with_the_profile_they_were_fitted_to_whatever_the_analysed_length():
+    model = tiny_bert(tisa_hf.TisaConfig(num_kernels=2, fit_window=12, fit_restarts=2))  # fitted over all 48 rows
+    fitted = compare_scoring_to_profiles(model, analyze_profiles(model, 48))
+    short = compare_scoring_to_fitted_profiles(model, analyze_profiles(model, 16, layers=[1, 2]))
+    assert (short.profile_length, short.layers) == (48, [1, 2])
+    assert torch.equal(short.r2, fitted.r2[1:])
+    mismatched = compare_scoring_to_profiles(model, analyze_profiles(model, 16, layers=[1, 2]))
+    assert (mismatched.r2 - short.r2).abs().max() > 0.05  # the comparison the report used to make
+    assert compare_scoring_to_fitted_profiles(tiny_bert(), analyze_profiles(tiny_bert(), 16)) is None
 
 
 def test_exact_scoring_function_gives_r2_one():

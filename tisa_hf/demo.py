@@ -14,17 +14,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from .adapters import find_base_model
 from .analysis.plots import scoring_comparison_figure
 from .analysis.positional_attention import analyze_profiles
-from .analysis.scoring import compare_scoring_to_profiles
+from .analysis.scoring import compare_scoring_to_profiles, fit_profile_length
 from .cli_options import demo_parser
 from .config import TisaConfig
 from .counting import count_positional_parameters
 from .errors import usage_errors
 from .hub_access import loading_errors, model_remedy, model_source
-from .patching import position_table_length
-from .profiles import DEFAULT_PROFILE_LENGTH
 
 SENTENCES = [
     "The cat sat on the mat because it was warm.",
@@ -34,9 +31,7 @@ SENTENCES = [
 
 def plot_profiles_and_kernels(model, path: Path) -> float:
     """Saves every head's fitted f(k) over its F̂_P profile; returns the mean fit R² over heads."""
-    base, adapter = find_base_model(model)
-    profiles = analyze_profiles(model, min(DEFAULT_PROFILE_LENGTH, position_table_length(base, adapter)))
-    scoring = compare_scoring_to_profiles(model, profiles)
+    scoring = compare_scoring_to_profiles(model, analyze_profiles(model, fit_profile_length(model)))
     figure = scoring_comparison_figure(scoring)
     figure.savefig(path, dpi=120)
     return scoring.r2.mean().item()

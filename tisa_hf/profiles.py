@@ -43,6 +43,13 @@ def tisa_disabled(model: nn.Module) -> Iterator[None]:
             module.enabled = state
 
 
+def default_profile_length(model: PreTrainedModel) -> int:
+    """Positions of the profiles when no length is asked for: the rows of the position table real tokens use, at
+    most `DEFAULT_PROFILE_LENGTH`."""
+    base, adapter = find_base_model(model)
+    return min(adapter.position_rows(base).shape[0], DEFAULT_PROFILE_LENGTH)
+
+
 @torch.no_grad()
 def extract_positional_profiles(model: PreTrainedModel, length: int | None = None) -> PositionalProfiles:
     """F̂_P of every layer and head, and its best Toeplitz approximation.
@@ -55,7 +62,7 @@ def extract_positional_profiles(model: PreTrainedModel, length: int | None = Non
     base, adapter = find_base_model(model)
     rows = adapter.position_rows(base)
     available = rows.shape[0]
-    length = length or min(available, DEFAULT_PROFILE_LENGTH)
+    length = length or default_profile_length(base)
     if length > available:
         raise ValueError(f"Profiles of {length} positions were asked for, but the position table holds {available}.")
     mean_word = adapter.embeddings(base).word_embeddings.weight.mean(0)

@@ -25,7 +25,7 @@ from .indicators import LOCAL_OFFSETS
 from .loading import model_facts
 from .positional_attention import ProfileAnalysis, analyze_profiles
 from .probing import DEFAULT_TEXTS, ProbingResult, head_directions, probe_identical_words, trace_vectors
-from .scoring import ScoringComparison, compare_scoring_to_profiles
+from .scoring import ScoringComparison, compare_scoring_to_fitted_profiles
 from .variance import VarianceProfile, attention_output_variance
 
 
@@ -100,7 +100,7 @@ def analyze_model(
     profiles = analyze_profiles(model, length, options.layers)
     steps.update()
     step("scoring functions")
-    scoring = compare_scoring_to_profiles(model, profiles)
+    scoring = compare_scoring_to_fitted_profiles(model, profiles)  # whatever max_len is
     steps.update()
     step("identical-word probing")
     probing = probe_identical_words(
@@ -139,6 +139,7 @@ def analyze_model(
             "num_kernels": scoring.num_kernels,
             "layers": scoring.layers,
             "window": int(scoring.offsets[-1]),
+            "profile_length": scoring.profile_length,
             "r2": scoring.r2.tolist(),
             "r2_mean": scoring.r2.mean().item(),
         },

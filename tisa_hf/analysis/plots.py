@@ -125,7 +125,8 @@ def scoring_comparison_figure(scoring: ScoringComparison) -> Figure:
     figure, axes = _panel_grid(
         len(scoring.layers),
         scoring.scoring.shape[1],
-        f"TISA scoring functions f(k) (S = {scoring.num_kernels}) against the F̂_P profile",
+        f"TISA scoring functions f(k) (S = {scoring.num_kernels}) against the F̂_P profile over "
+        f"{scoring.profile_length} positions",
         "offset k = j - i (tokens)",
         "logit (nats)",
     )

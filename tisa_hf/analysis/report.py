@@ -7,6 +7,7 @@ import html
 import json
 from pathlib import Path
 
+from ..profiles import DEFAULT_PROFILE_LENGTH
 from .pipeline import AnalysisResult
 from .plots import PROBING_PERCENTILE
 
@@ -99,8 +100,10 @@ def _section_bodies(result: AnalysisResult, figures: dict[str, Path]) -> dict[st
         "scoring": (
             "<p>This model has no TISA scoring functions (not patched with TISA, or S = 0).</p>"
             if scoring is None
-            else f"<p>S = {scoring['num_kernels']} kernels per head; f(k) against F̂_P over |k| ≤ {scoring['window']}, "
-            f"mean weighted R² {scoring['r2_mean']:.3f}. R² per layer and head:</p>"
+            else f"<p>S = {scoring['num_kernels']} kernels per head; f(k) against the Toeplitz profile of F̂_P over "
+            f"|k| ≤ {scoring['window']}, mean weighted R² {scoring['r2_mean']:.3f}. The profile is the one the kernel "
+            f"fit uses, over {scoring['profile_length']} positions (the TISA setting profile_length, else the "
+            f"position table up to {DEFAULT_PROFILE_LENGTH}), whatever --max-len. R² per layer and head:</p>"
             + _per_head_table(scoring["layers"], scoring["r2"])
             + (NEGATIVE_R2_NOTE if min(map(min, scoring["r2"])) < 0 else "")
             + figure("scoring_functions")

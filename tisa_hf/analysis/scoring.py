@@ -11,7 +11,8 @@ from transformers import PreTrainedModel
 from ..adapters import find_base_model
 from ..fitting import scoring_function_r2
 from ..patching import tisa_bias_module, tisa_config_of
-from .positional_attention import ProfileAnalysis
+from ..profiles import default_profile_length
+from .positional_attention import ProfileAnalysis, analyze_profiles
 
 
 @dataclass
@@ -25,6 +26,7 @@ class ScoringComparison:
     profile: torch.Tensor
     r2: torch.Tensor
     num_kernels: int
+    profile_length: int
 
 
 def compare_scoring_to_profiles(model: PreTrainedModel, profiles: ProfileAnalysis) -> ScoringComparison | None:
@@ -60,4 +62,25 @@ def compare_scoring_to_profiles(model: PreTrainedModel, profiles: ProfileAnalysi
         profile=profile.float(),
         r2=r2.float(),
         num_kernels=bias.num_kernels,
+        profile_length=length,
     )
+
+
+def fit_profile_length(model: PreTrainedModel) -> int:
+    """Positions of the F̂_P profile that `init="fit"` fits a TISA model's kernels to (`initialize_tisa`): its
+    `profile_length`, else the default of `extract_positional_profiles`."""
+    config = tisa_config_of(model)
+    return (config.profile_length if config else None) or default_profile_length(model)
+
+
+def compare_scoring_to_fitted_profiles(model: PreTrainedModel, profiles: ProfileAnalysis) -> ScoringComparison | None:
+    """`compare_scoring_to_profiles` against the profile the kernel fit uses (`fit_profile_length`), extracted
+    anew for the same layers where `profiles` covers another number of positions: the Toeplitz profile and the
+    weights n - |k| depend on n, so kernels fitted over 512 positions compared with a 128-position profile score
+    a low R² that says nothing about the fit."""
+    if tisa_config_of(model) is None:
+        return None
+    length = fit_profile_length(model)
+    if profiles.logits.shape[-1] != length:
+        profiles = analyze_profiles(model, length, profiles.layers)
+    return compare_scoring_to_profiles(model, profiles)
