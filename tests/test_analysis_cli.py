@@ -3,6 +3,7 @@
 import base64
 import csv
 import json
+import logging
 import re
 import shutil
 from html.parser import HTMLParser
@@ -11,7 +12,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
 from tests.fixtures import tiny_config
@@ -150,6 +151,22 @@ def test_analyze_tiny_tisa_models(tiny_reports, kind):
     assert len(metrics["probing"]["aiv"]) == 4
     html = (out / "report.html").read_text(encoding="utf-8")
     assert ('mode="replace"' in html) == (TINY_MODELS[kind].get("mode") == "replace")
+
+
+def test_a_fine_tuned_folder_loads_its_encoder_without_a_load_report(tmp_path, caplog):
+    """The analyses read the encoder: the classifier a fine-tuned folder holds is left out, without a table."""
+    torch.manual_seed(0)
+    tisa = {"num_kernels": 2, "init": "random"}
+    classifier = AutoModelForSequenceClassification.from_config(tiny_config("bert", num_hidden_layers=2, tisa=tisa))
+    classifier.save_pretrained(tmp_path)
+    from tisa_hf.analysis.loading import load_model
+
+    with caplog.at_level(logging.INFO):
+        model = load_model(str(tmp_path))
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert not warnings
+    assert any("head weights that TisaBertModel does not use (classifier." in r.getMessage() for r in caplog.records)
+    assert torch.equal(model.tisa.amplitude, classifier.bert.tisa.amplitude)
 
 
 def test_compare_reports_with_scores(tiny_reports, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -86,8 +87,10 @@ def test_replace_mode_reads_inputs_four_times_the_table(minilm):
     assert hidden.shape == (1, 2048, 384) and torch.isfinite(hidden).all()
 
 
-def test_demo_runs_offline_end_to_end(minilm, tmp_path):
+def test_demo_runs_offline_end_to_end(minilm, tmp_path, caplog, capsys):
     assert demo.main(["--out", str(tmp_path), "--kernels", "3"]) == 0
+    assert not [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert "under a new 2-class head (random: the demo checks that saving keeps the logits" in capsys.readouterr().out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["reload_max_logit_difference"] == 0.0
     assert summary["positional_parameters"] == {"tisa": 3 * 3 * 12 * 6, "position_embeddings": 512 * 384}

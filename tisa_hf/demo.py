@@ -21,6 +21,7 @@ from .cli_options import demo_parser
 from .config import TisaConfig
 from .counting import count_positional_parameters
 from .errors import usage_errors
+from .finetune.loading import load_under_head
 from .hub_access import loading_errors, model_remedy, model_source
 
 SENTENCES = [
@@ -49,14 +50,19 @@ def run(args: argparse.Namespace) -> int:
         tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
     start = time.perf_counter()
     with loading_errors(args.model, model_remedy()), usage_errors():
-        model = AutoModelForSequenceClassification.from_pretrained(
-            source.path, num_labels=2, tisa=tisa, local_files_only=source.local_files_only
+        model = load_under_head(
+            AutoModelForSequenceClassification,
+            source.path,
+            num_labels=2,
+            tisa=tisa,
+            local_files_only=source.local_files_only,
         ).eval()
     load_seconds = time.perf_counter() - start
     counts = count_positional_parameters(model)
     print(
         f"Loaded {args.model} with TISA {tisa.mode} S={tisa.num_kernels} (profiles extracted and kernels "
-        f"fitted) in {load_seconds:.1f} s"
+        f"fitted) in {load_seconds:.1f} s, under a new 2-class head (random: the demo checks that saving keeps "
+        "the logits, not what they mean)"
     )
     print(f"Positional parameters: TISA {counts.tisa:,}, position embeddings {counts.position_embeddings:,}")
 

@@ -6,6 +6,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from ..adapters import base_model_type, find_base_model
 from ..errors import UsageError, usage_errors
+from ..finetune.loading import load_under_head
 from ..hub_access import LOADING_ERRORS, describe_error, loading_errors, model_remedy, model_source
 from ..names import plain_implementation
 from ..patching import position_table_length, tisa_config_of
@@ -13,11 +14,12 @@ from ..patching import position_table_length, tisa_config_of
 
 def load_model(path_or_id: str) -> PreTrainedModel:
     """The base encoder of a local folder or Hub id (a TISA checkpoint comes back patched), with eager
-    attention so that attention probabilities can be read. `minilm` names the packaged MiniLM."""
+    attention so that attention probabilities can be read. `minilm` names the packaged MiniLM. The head of a
+    fine-tuned checkpoint, which the analyses do not use, is left out without a load-report table."""
     source = model_source(path_or_id, option="model")
     with loading_errors(f"a model from {path_or_id!r}", model_remedy("model")), usage_errors():
-        model = AutoModel.from_pretrained(
-            source.path, attn_implementation="eager", local_files_only=source.local_files_only
+        model = load_under_head(
+            AutoModel, source.path, attn_implementation="eager", local_files_only=source.local_files_only
         )
         find_base_model(model)
     return model.eval()
