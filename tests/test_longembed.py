@@ -7,6 +7,7 @@ import json
 import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,10 @@ from tisa_hf.errors import UsageError
 pytest.importorskip("sentence_transformers")
 from tisa_hf.embeddings import longembed  # noqa: E402
 from tisa_hf.embeddings.facts import NAMES, needle_facts  # noqa: E402
-from tisa_hf.embeddings.options import longembed_parser  # noqa: E402
+from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
+from tisa_hf.embeddings.options import longembed_parser, qmsum_parser, sts_parser  # noqa: E402
+from tisa_hf.embeddings.ranking import answer_ranks, reciprocal_rank_fusion  # noqa: E402
+from tisa_hf.embeddings.records import scores_path  # noqa: E402
 from tisa_hf.embeddings.systems import Embedder, SystemSpec  # noqa: E402
 from tisa_hf.embeddings.tasks import build_task, text_haystack  # noqa: E402
 
@@ -195,3 +199,80 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
             longembed.run(arguments(workspace, tmp_path / "out", *given))
         assert str(error.value) == message, given
     assert loaded == [] and not (tmp_path / "out").exists()
+
+
+def test_bm25_and_a_hybrid_score_the_decoded_documents_and_resume_from_kept_scores(workspace, tmp_path, loaded):
+    tiny = str(workspace / "tiny")
+    trunc, hybrid = f"trunc:{tiny}", f"hybrid:bm25+trunc:{tiny}"
+    record = longembed.run(arguments(workspace, tmp_path / "out", "bm25", trunc, hybrid, "--lengths", "120"))
+    assert loaded == [trunc]
+    tokenizer = tiny_tokenizer()
+    stream = text_haystack(workspace / "text.txt", tokenizer)
+    for task in ("passkey", "needle"):
+        built = build_task(task, 120, tokenizer, documents=6, queries=4, seed=0, text_stream=stream)
+        lexical = bm25_scores(
+            tokenizer.batch_decode(built.documents, skip_special_tokens=True), built.queries, "english"
+        )
+        expected = [int(rank == 1) for rank in answer_ranks(lexical, built.answers)]
+        assert record["results"]["bm25"][task]["120"]["correct"] == expected
+        dense = np.load(scores_path(tmp_path / "out", trunc, f"{task}-120"))
+        fused = answer_ranks(reciprocal_rank_fusion(lexical, dense), built.answers)
+        assert record["results"][hybrid][task]["120"]["correct"] == [int(rank == 1) for rank in fused]
+    shutil.rmtree(tmp_path / "out" / "scores")  # a record from before scores were kept: the hybrid's parts again
+    finished = {name: record["results"].pop(name) for name in (hybrid,)}
+    (tmp_path / "out" / "longembed.json").write_text(json.dumps(record))
+    loaded.clear()
+    again = longembed.run(arguments(workspace, tmp_path / "out", "bm25", trunc, hybrid, "--lengths", "120"))
+    assert loaded == [trunc]
+    for task in ("passkey", "needle"):
+        assert again["results"][hybrid][task]["120"]["correct"] == finished[hybrid][task]["120"]["correct"]
+        assert again["results"][trunc][task]["120"]["correct"] == record["results"][trunc][task]["120"]["correct"]
+
+
+def test_systems_with_equal_numbers_stay_visible_in_the_plot():
+    cell = {"acc_at_1": 0.5}
+    record = {
+        "settings": {"tasks": ["needle"], "lengths": [512, 1024]},
+        "results": {name: {"needle": {"512": cell, "1024": cell}} for name in ("trunc:m", "chunk:m", "interp:m")},
+    }
+    lines = longembed.accuracy_figure(record).axes[0].get_lines()
+    assert len(lines) == 3
+    assert len({line.get_marker() for line in lines}) == 3  # each its own marker
+    assert len({tuple(line.get_xdata()) for line in lines}) == 3  # and shifted apart along the length axis
+    for line in lines:
+        assert all(abs(x / length - 1) < 0.1 for x, length in zip(line.get_xdata(), (512, 1024), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("parser", "shown"),
+    [
+        (
+            longembed_parser,
+            [
+                "--text TEXT           Plain text the needle task's documents are cut from. (default: "
+                "../shared/text/wikitext-2/test.txt)",
+                "(default: [256, 512, 1024, 2048, 4096, 8192])",
+                "Candidate documents per length (<= 100). (default: 100)",
+                "Queries per length (<= --documents). (default: 50)",
+            ],
+        ),
+        (sts_parser, ["(default: ../shared/glue/STS-B/dev.tsv)"]),
+        (qmsum_parser, ["(default: ../shared/longdoc/qmsum)", "(default: 32768)"]),
+    ],
+)
+def test_help_shows_every_default(parser, shown):
+    text = " ".join(parser().format_help().split())  # argparse wraps to the terminal's width
+    for part in shown:
+        assert " ".join(part.split()) in text
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_a_missing_text_names_the_option_to_pass(workspace, tmp_path, loaded):
+    missing = tmp_path / "shared" / "test.txt"
+    with pytest.raises(UsageError) as error:
+        longembed.run(arguments(workspace, tmp_path / "out", f"trunc:{workspace / 'tiny'}", "--text", str(missing)))
+    assert str(error.value) == (
+        f"--text {missing}: no such file; pass --text with a plain-text file to cut the needle task's documents from "
+        "(WikiText-2's test.txt)."
+    )
+    assert loaded == []

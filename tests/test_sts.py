@@ -88,8 +88,8 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
     (tmp_path / "done" / "sts.json").write_text("{}")
     cases = {
         (tiny, "--data", str(tmp_path / "missing.tsv")): (
-            f"--data {tmp_path / 'missing.tsv'}: no such file; give GLUE's STS-B/dev.tsv "
-            "(../shared/glue/STS-B/dev.tsv)."
+            f"--data {tmp_path / 'missing.tsv'}: no such file; pass --data with GLUE's STS-B dev.tsv (the labelled "
+            "split)."
         ),
         (tiny, "--data", str(long_pairs)): (
             f"{long_pairs}: its longest sentence takes 43 tokens, more than {tiny} reads (its position table holds "

@@ -87,6 +87,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.embeddings.options:longembed_parser",
         "Passkey and needle retrieval (Acc@1) against document length.",
     ),
+    "qmsum": Command(
+        "tisa_hf.embeddings.qmsum",
+        "tisa_hf.embeddings.options:qmsum_parser",
+        "LongEmbed's QMSum retrieval (nDCG@10) of long meeting transcripts, with BM25 and hybrids.",
+    ),
     "sts": Command(
         "tisa_hf.embeddings.sts",
         "tisa_hf.embeddings.options:sts_parser",

@@ -1,5 +1,5 @@
-"""The options of `tisa-hf longembed` and `tisa-hf sts`; light (argparse and tisa_hf's light modules only),
-so that `--help` answers without importing torch."""
+"""The options of `tisa-hf longembed`, `tisa-hf qmsum` and `tisa-hf sts`; light (argparse and tisa_hf's light
+modules only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
 
 from __future__ import annotations
 
@@ -9,22 +9,38 @@ from ..cli_options import add_paired_arguments, positive_int
 
 DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
 DEFAULT_STS_DATA = "../shared/glue/STS-B/dev.tsv"
+DEFAULT_QMSUM_DATA = "../shared/longdoc/qmsum"
+DEFAULT_QMSUM_CAP = 32768
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TASK_NAMES = ("passkey", "needle")
+SYSTEMS_HELP = (
+    "Models as read: MODEL (folder, Hub id or minilm; whole documents), trunc:MODEL (its table's first tokens), "
+    "chunk:MODEL (chunk-and-average), interp:MODEL (position interpolation), tisa:MODE:S:MODEL (given TISA, "
+    "unadapted); bm25 or bm25:plain (BM25 on the text, English stopwords removed or kept); hybrid:BM25+SYSTEM "
+    "(reciprocal-rank fusion, k=60, of two systems given too)."
+)
+
+
+def new_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser whose help shows every option's default."""
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=DefaultsHelpFormatter)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults formatter, quiet where there is nothing to show (no default, or a switch)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or action.default == [] or action.required:
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def longembed_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tisa-hf longembed",
-        description="LongEmbed's passkey and needle retrieval (Acc@1) against document length, rebuilt offline.",
+    parser = new_parser(
+        "tisa-hf longembed",
+        "LongEmbed's passkey and needle retrieval (Acc@1) against document length, rebuilt offline.",
     )
-    parser.add_argument(
-        "systems",
-        nargs="+",
-        help="Models as read: MODEL (folder, Hub id or minilm; whole documents), trunc:MODEL (its table's first "
-        "tokens), chunk:MODEL (chunk-and-average), interp:MODEL (position interpolation), tisa:MODE:S:MODEL "
-        "(given TISA, unadapted).",
-    )
+    parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
     parser.add_argument("--out", required=True, help="Folder for longembed.json and longembed.png.")
     parser.add_argument("--tasks", nargs="+", choices=TASK_NAMES, default=list(TASK_NAMES))
     parser.add_argument(
@@ -48,9 +64,9 @@ def longembed_parser() -> argparse.ArgumentParser:
 
 
 def sts_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tisa-hf sts",
-        description="Zero-shot STS-B: Spearman (x100) of the pairs' cosine similarities against the gold scores, no "
+    parser = new_parser(
+        "tisa-hf sts",
+        "Zero-shot STS-B: Spearman (x100) of the pairs' cosine similarities against the gold scores, no "
         "fine-tuning (sentence-transformers' evaluation of all-MiniLM-L6-v2).",
     )
     parser.add_argument(
@@ -64,4 +80,31 @@ def sts_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overwrite", action="store_true", help="Score every system again instead of adding to an existing sts.json."
     )
+    return parser
+
+
+def qmsum_parser() -> argparse.ArgumentParser:
+    parser = new_parser(
+        "tisa-hf qmsum",
+        "LongEmbed's QMSum retrieval (nDCG@10, Acc@1, MRR@10): meeting summaries find their meeting among 197 "
+        "transcripts of 8k-37k tokens, rebuilt offline from QMSum's files.",
+    )
+    parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
+    parser.add_argument("--out", required=True, help="Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
+    parser.add_argument("--data", default=DEFAULT_QMSUM_DATA, help="QMSum's meetings: its train/ and val/ folders.")
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=DEFAULT_QMSUM_CAP,
+        help="A document's tokens for the models, [CLS] and [SEP] counted: longer ones are cut (BM25 reads all).",
+    )
+    parser.add_argument(
+        "--meetings",
+        type=positive_int,
+        help="Only the first N meetings and the queries about them (a smoke run; default: all 197).",
+    )
+    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")
+    parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
     return parser

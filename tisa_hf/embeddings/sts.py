@@ -42,7 +42,7 @@ def read_pairs(path: str | Path) -> tuple[list[str], list[str], list[float]]:
     """The sentence pairs and gold scores of an STS-B TSV (GLUE's layout; its checks name the file and line)."""
     file = Path(path)
     if not file.is_file():
-        raise UsageError(f"--data {path}: no such file; give GLUE's STS-B/dev.tsv (../shared/glue/STS-B/dev.tsv).")
+        raise UsageError(f"--data {path}: no such file; pass --data with GLUE's STS-B dev.tsv (the labelled split).")
     pairs = read_glue_tsv(file, get_task("stsb"))
     return list(pairs["sentence1"]), list(pairs["sentence2"]), [float(score) for score in pairs["label"]]
 

@@ -75,6 +75,11 @@ def passkey_haystack(tokenizer: PreTrainedTokenizerBase, length: int) -> Haystac
 
 def text_haystack(path: str | Path, tokenizer: PreTrainedTokenizerBase) -> Haystack:
     """The sentences of every article of a text file (WikiText's markers undone), one stream."""
+    if not Path(path).is_file():
+        raise UsageError(
+            f"--text {path}: no such file; pass --text with a plain-text file to cut the needle task's documents "
+            "from (WikiText-2's test.txt)."
+        )
     try:
         articles = read_articles(path)
     except ValueError as error:

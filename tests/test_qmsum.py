@@ -1,0 +1,184 @@
+"""`tisa-hf qmsum`: the QMSum builder on a tiny fixture in QMSum's format (and on the real files where
+../shared has them), BM25 and hybrid systems against direct computations, resuming mid-system, and the one-line
+refusals before any model loads."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from embedding_fixtures import WORDS, parse_systems_then_options, record_loaded_systems, write_tiny_encoder
+
+from tisa_hf.errors import UsageError
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("bm25s")
+from tisa_hf.embeddings import qmsum  # noqa: E402
+from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
+from tisa_hf.embeddings.options import qmsum_parser  # noqa: E402
+from tisa_hf.embeddings.qmsum_data import read_meetings  # noqa: E402
+from tisa_hf.embeddings.ranking import answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
+
+SHARED_QMSUM = Path(__file__).resolve().parents[2] / "shared" / "longdoc" / "qmsum"
+REPEATED = "the group agreed on the sky and the sun"  # one summary of two meetings
+
+
+def write_meetings(folder: Path, seed: int = 0) -> None:
+    """QMSum's layout: train/ and val/ of one JSON file a meeting; 3 + 1 meetings, 2-3 summaries each, one summary
+    text in two meetings."""
+    rng = random.Random(seed)
+    sizes = {"train/Bdb001": 3, "train/ES2002a": 2, "train/TS3003b": 2, "val/IS1000a": 2}
+    for index, (name, summaries) in enumerate(sizes.items()):
+        turns = [{"speaker": f"Speaker {turn % 3}", "content": " ".join(rng.choices(WORDS, k=12))} for turn in range(8)]
+        pairs = [
+            {"query": "q?", "answer": f"{name} summary {k}: " + " ".join(rng.choices(WORDS, k=6))}
+            for k in range(summaries)
+        ]
+        specific = [{"query": "s?", "answer": REPEATED, "relevant_text_span": [["0", "1"]]}] if index in (0, 2) else []
+        meeting = {"topic_list": [], "general_query_list": pairs[:1], "specific_query_list": pairs[1:] + specific}
+        meeting["meeting_transcripts"] = turns
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(meeting))
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qmsum")
+    write_tiny_encoder(root / "tiny", positions=32)
+    write_meetings(root / "qmsum")
+    return root
+
+
+def test_the_builder_counts_documents_and_queries_and_each_query_has_one_meeting(workspace):
+    meetings = read_meetings(workspace / "qmsum")
+    assert meetings.names == ["train/Bdb001", "train/ES2002a", "train/TS3003b", "val/IS1000a"]
+    assert len(meetings.queries) == 3 + 2 + 2 + 2 + 1 and meetings.repeated_summaries == 1
+    source = json.loads((workspace / "qmsum" / "train" / "Bdb001.json").read_text())
+    first = source["meeting_transcripts"][0]
+    assert meetings.documents[0].split("\n")[0] == f"{first['speaker']}: {first['content']}"
+    assert len(meetings.documents[0].split("\n")) == 8
+    for query, answer in zip(meetings.queries, meetings.answers, strict=True):
+        owners = [name for name in meetings.names if query.startswith(name)]
+        assert owners == [meetings.names[answer]] or (query == REPEATED and answer == 0)
+    assert meetings.queries.count(REPEATED) == 1
+    first_two = read_meetings(workspace / "qmsum", limit=2)
+    assert len(first_two.documents) == 2 and len(first_two.queries) == 3 + 1 + 2 and max(first_two.answers) == 1
+
+
+@pytest.mark.skipif(not SHARED_QMSUM.is_dir(), reason="../shared/longdoc/qmsum is absent")
+def test_the_real_rebuild_has_longembeds_sizes():
+    meetings = read_meetings(SHARED_QMSUM)
+    assert (len(meetings.documents), len(meetings.queries), meetings.repeated_summaries) == (197, 1527, 2)
+    words = np.mean([len(document.split()) for document in meetings.documents])
+    assert round(words) == 10058  # LongEmbed's stated mean, speaker names included
+
+
+def arguments(workspace, out, *systems_and_options: str):
+    defaults = ["--out", str(out), "--data", str(workspace / "qmsum"), "--bootstrap", "200", "--max-tokens", "200"]
+    return parse_systems_then_options(qmsum_parser(), defaults, systems_and_options)
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    return record_loaded_systems(monkeypatch)
+
+
+def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(workspace, tmp_path, loaded):
+    tiny = str(workspace / "tiny")
+    chunk, hybrid = f"chunk:{tiny}", f"hybrid:bm25+chunk:{tiny}"
+    record = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, "--paired", chunk))
+    assert loaded == [chunk]
+    meetings = read_meetings(workspace / "qmsum")
+    lexical = bm25_scores(meetings.documents, meetings.queries, "english")
+    assert record["results"]["bm25"]["ranks"] == answer_ranks(lexical, meetings.answers)
+    dense = np.load(qmsum.scores_path(tmp_path / "out", chunk, "qmsum"))
+    fused = reciprocal_rank_fusion(lexical, dense)
+    assert record["results"][hybrid]["ranks"] == answer_ranks(fused, meetings.answers)
+    for name, result in record["results"].items():
+        assert result["ndcg_at_10"] == pytest.approx(np.mean(per_query("ndcg_at_10", result["ranks"]))), name
+        assert len(result["ranks"]) == 10
+    speed = record["results"][chunk]["throughput"]
+    assert speed["documents"] == 4 and speed["document_tokens"] > 4 * 32 and speed["tokens_per_s"] > 0
+    paired = record["paired"][chunk]["bm25"]["ndcg_at_10"]
+    assert paired["difference"] == pytest.approx(
+        record["results"]["bm25"]["ndcg_at_10"] - record["results"][chunk]["ndcg_at_10"]
+    )
+    tables = (tmp_path / "out" / "qmsum.md").read_text()
+    assert f"| bm25 | {100 * record['results']['bm25']['ndcg_at_10']:.1f} |" in tables
+    assert (tmp_path / "out" / "qmsum.png").is_file()
+
+    loaded.clear()
+    trunc = f"trunc:{tiny}"
+    again = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, trunc, "--paired", chunk))
+    assert loaded == [trunc] and again["results"]["bm25"] == record["results"]["bm25"]
+
+
+def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path, loaded, monkeypatch):
+    tiny = f"chunk:{workspace / 'tiny'}"
+    whole = qmsum.run(arguments(workspace, tmp_path / "whole", tiny))
+    read = qmsum.Embedder.read
+    calls = []
+
+    def failing(self, sequences, progress=None):
+        calls.append(len(sequences))
+        if len(calls) == 4:  # the queries, then the third document
+            raise KeyboardInterrupt
+        return read(self, sequences, progress)
+
+    monkeypatch.setattr(qmsum.Embedder, "read", failing)
+    with pytest.raises(KeyboardInterrupt):
+        qmsum.run(arguments(workspace, tmp_path / "out", tiny))
+    monkeypatch.setattr(qmsum.Embedder, "read", read)
+    read_documents = []
+    monkeypatch.setattr(
+        qmsum.Embedder, "read", lambda self, s, progress=None: read_documents.append(len(s)) or read(self, s, progress)
+    )
+    resumed = qmsum.run(arguments(workspace, tmp_path / "out", tiny))
+    assert read_documents == [10, 1, 1]  # the queries, then documents 3 and 4 only
+    assert resumed["results"][tiny]["ranks"] == whole["results"][tiny]["ranks"]
+    assert resumed["results"][tiny]["throughput"]["documents"] == 4
+
+
+def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):
+    tiny = str(workspace / "tiny")
+    empty = tmp_path / "empty"
+    (empty / "train").mkdir(parents=True)
+    longest = max(len(ids) for ids in qmsum_tokenized_queries(workspace))
+    cases = {
+        ("bm25", "--data", str(empty)): (
+            f"--data {empty} holds no QMSum meetings (train/*.json, val/*.json); pass --data with the folder of "
+            "QMSum's train and val meetings (data/ALL of the QMSum repository)."
+        ),
+        (f"chunk:{tiny}", "--max-tokens", "5"): (
+            f"--max-tokens 5 is shorter than the longest query ({longest} tokens); give at least {longest}."
+        ),
+        ("bm25:snowball",): (
+            "bm25:snowball: unknown BM25 tokenizer snowball; write bm25 (= bm25:english, English stopwords removed) "
+            "or bm25:plain."
+        ),
+        (f"hybrid:bm25+chunk:{tiny}", "bm25"): (
+            f"hybrid:bm25+chunk:{tiny} fuses the rankings of bm25 and chunk:{tiny}; give chunk:{tiny} among the "
+            "systems too."
+        ),
+        (
+            f"hybrid:chunk:{tiny}+bm25",
+        ): f"hybrid:chunk:{tiny}+bm25: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm.",
+        (tiny, "--max-tokens", "150"): (  # the longest meeting, cut at 150 tokens
+            f"{tiny} cannot read 150 tokens: its position table holds 32 and it has no TISA. Give lengths up to 32, "
+            f"or read longer documents with trunc:{tiny}, chunk:{tiny}, interp:{tiny} or a replace-mode model."
+        ),
+    }
+    for given, message in cases.items():
+        with pytest.raises(UsageError) as error:
+            qmsum.run(arguments(workspace, tmp_path / "out", *given))
+        assert str(error.value) == message, given
+    assert loaded == [] and not (tmp_path / "out").exists()
+
+
+def qmsum_tokenized_queries(workspace) -> list[list[int]]:
+    from embedding_fixtures import tiny_tokenizer
+
+    return tiny_tokenizer()(read_meetings(workspace / "qmsum").queries)["input_ids"]

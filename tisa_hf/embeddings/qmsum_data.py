@@ -1,0 +1,71 @@
+"""LongEmbed's QMSum retrieval task (Zhu et al., 2024), rebuilt from QMSum's own files (Zhong et al., 2021).
+
+The documents are the meetings of QMSum's `train` and `val` folders, in that order and by file name within each;
+a document's text is its turns as `speaker: content`, one a line (LongEmbed's layout: with it the 197 meetings
+average 10,058 whitespace words, as LongEmbed states). The queries are the `answer` texts of every general and
+specific query-summary pair, and a query's one relevant document is its meeting. A summary text found in two
+meetings is asked once, of the first meeting that has it (QMSum's 1,529 pairs hold two such texts, which leaves
+LongEmbed's 1,527 queries); the other meeting then counts as a wrong answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+
+SPLITS = ("train", "val")
+
+
+@dataclass
+class Meetings:
+    """The documents (names `split/file`, texts) and the queries with the index of each one's meeting."""
+
+    names: list[str]
+    documents: list[str]
+    queries: list[str]
+    answers: list[int]
+    repeated_summaries: int  # summaries found again in another (or the same) meeting, asked once
+
+
+def meeting_files(folder: str | Path) -> list[Path]:
+    files = [file for split in SPLITS for file in sorted((Path(folder) / split).glob("*.json"))]
+    if not files:
+        raise UsageError(
+            f"--data {folder} holds no QMSum meetings (train/*.json, val/*.json); pass --data with the folder of "
+            "QMSum's train and val meetings (data/ALL of the QMSum repository)."
+        )
+    return files
+
+
+def transcript(meeting: dict) -> str:
+    return "\n".join(f"{turn['speaker']}: {turn['content']}" for turn in meeting["meeting_transcripts"])
+
+
+def read_meetings(folder: str | Path, limit: int | None = None) -> Meetings:
+    """The task from `folder`; with `limit`, its first `limit` meetings and only the queries about them."""
+    files = meeting_files(folder)[:limit]
+    names, documents, queries, answers, repeated = [], [], [], [], 0
+    asked: set[str] = set()
+    for index, file in enumerate(files):
+        try:
+            meeting = json.loads(file.read_text(encoding="utf-8"))
+            text = transcript(meeting)
+            pairs = meeting["general_query_list"] + meeting["specific_query_list"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise UsageError(
+                f"{file} is not a QMSum meeting ({error!r}); it needs meeting_transcripts of {{speaker, content}} "
+                "turns and general_query_list and specific_query_list of {query, answer}."
+            ) from None
+        names.append(f"{file.parent.name}/{file.stem}")
+        documents.append(text)
+        for pair in pairs:
+            if pair["answer"] in asked:
+                repeated += 1
+                continue
+            asked.add(pair["answer"])
+            queries.append(pair["answer"])
+            answers.append(index)
+    return Meetings(names, documents, queries, answers, repeated)
