@@ -29,6 +29,12 @@
 #             variant, then the folds; `classify` takes WORKERS too);
 #   report-2048  its tables, as `report` (REPORT_SEEDS="1" limits a report to the seeds every run has finished);
 #   embed-32k  retrieval at 16,384 and 32,768 tokens, 50 documents and 25 queries a length.
+# Real long documents (hours on 2 CPU cores; a system resumes at its next document):
+#   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 8k-37k tokens, 1,527 summaries):
+#             BM25, the three baselines, the adapted replace S=5 model and its bag-of-words control (those that
+#             exist), and BM25 fused with each dense system; paired to BM25 and to each baseline, into
+#             runs/qmsum-minilm;
+#   qmsum-records  its records (json, md, png; not the embeddings) copied to docs/results/longdoc/qmsum-minilm.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
@@ -168,14 +174,32 @@ stage_embed_32k() {
     retrieval --lengths 16384 32768 --documents 50 --queries 25 --out runs/longembed-minilm-32k
 }
 
+stage_qmsum() {
+    local adapted dense=("${BASELINES[@]}") system hybrids=()
+    mapfile -t adapted < <(adapted_models)
+    for system in "${adapted[@]}"; do
+        [[ $system == */s5-all || $system == */s0-all ]] && dense+=("$system")
+    done
+    for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
+    tisa-hf qmsum bm25 "${dense[@]}" "${hybrids[@]}" --out runs/qmsum-minilm --paired bm25 "${BASELINES[@]}"
+}
+
+stage_qmsum_records() {
+    local records=docs/results/longdoc/qmsum-minilm
+    mkdir -p "$records"
+    cp runs/qmsum-minilm/qmsum.{json,md,png} "$records/"
+}
+
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
 for stage in "${stages[@]}"; do
     case $stage in
-        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k) "stage_${stage//-/_}" ;;
+        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k | qmsum | qmsum-records)
+            "stage_${stage//-/_}"
+            ;;
         *)
             echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192, classify, report," \
-                "classify-2048, report-2048 or embed-32k." >&2
+                "classify-2048, report-2048, embed-32k, qmsum or qmsum-records." >&2
             exit 2
             ;;
     esac
