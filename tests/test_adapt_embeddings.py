@@ -185,11 +185,22 @@ def test_an_adapted_sentence_transformer_reads_its_stated_length_and_fine_tunes(
     ) in card
 
 
-def test_the_reading_limit_defaults_to_the_longest_length_and_a_plain_base_writes_no_pipeline(workspace, tmp_path):
+def test_the_reading_limit_defaults_to_the_longest_length_and_a_plain_base_writes_no_pipeline(
+    workspace, tmp_path, capsys
+):
     add = ("--objective", "distill", "--train", "kernels", "--lengths", "16", "32", "--tisa.mode", "add")
-    record = run_adapt(adapt_argv(workspace, tmp_path / "st", *add))
+    assert adapt_main(adapt_argv(workspace, tmp_path / "st", *add)) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"The sentence-transformers model in {tmp_path / 'st'} reads 32 tokens per input (the longest --lengths, "
+        "by default); --embedding-max-length N sets another length."
+    )
+    record = json.loads((tmp_path / "st" / "metrics.json").read_text())
     assert record["adaptation"]["max_seq_length"] == 32
     assert SentenceTransformer(str(tmp_path / "st"), device="cpu").max_seq_length == 32
+    card = (tmp_path / "st" / "README.md").read_text()
+    assert f"`{workspace / 'st'}` adapted by `tisa-hf adapt` to translation-invariant self-attention" in card
+    assert "It reads the first **32 tokens** of each input" in card and "| mode | `add` |" in card
+    assert "## Adaptation\n\nDistilled from the unpatched" in card and "| 32 | 2 |" in card
     record = run_adapt(adapt_argv(workspace, tmp_path / "plain", *add, model="bert"))
     assert "max_seq_length" not in record["adaptation"]
     assert not (tmp_path / "plain" / "modules.json").exists()

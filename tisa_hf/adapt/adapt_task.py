@@ -26,7 +26,12 @@ from torch.utils.data import DataLoader, StackDataset
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, default_data_collator
 
 from ..config import TisaConfig
-from ..embeddings.sentence_models import check_mean_pooling, reading_tokenizer, write_sentence_transformer_modules
+from ..embeddings.sentence_models import (
+    check_mean_pooling,
+    reading_tokenizer,
+    write_card,
+    write_sentence_transformer_modules,
+)
 from ..errors import UsageError
 from ..finetune.arguments import ModelArguments
 from ..finetune.preflight import RunPlan, plan_run
@@ -36,7 +41,7 @@ from ..hub_access import loading_errors, model_remedy
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .checkpoints import CheckpointFacts
 from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
-from .sentence_output import sentence_output_limit
+from .sentence_output import reading_length_line, sentence_output_limit
 from .text import (
     block_count,
     mask_blocks,
@@ -377,6 +382,7 @@ class Adaptation(Task):
         if limit is not None and PartialState().is_main_process:  # beside the checkpoint the recipe saves next
             base = self.adaptation.facts.path
             write_sentence_transformer_modules(Path(self.args.output_dir), model.config.hidden_size, limit, base)
+            write_card(model, Path(self.args.output_dir), base, limit, record)
         return {}
 
 
@@ -391,7 +397,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("tisa-hf adapt", ADAPT_ARGUMENTS, run, argv)
+    return command_main("tisa-hf adapt", ADAPT_ARGUMENTS, run, argv, closing=reading_length_line)
 
 
 if __name__ == "__main__":

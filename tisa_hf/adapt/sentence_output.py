@@ -11,6 +11,8 @@ only, as does a base without `modules.json`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config import TisaConfig
 from ..embeddings.sentence_models import is_sentence_transformer
 from ..errors import UsageError
@@ -39,3 +41,18 @@ def sentence_output_limit(facts: CheckpointFacts, tisa: TisaConfig | None, adapt
             "or use --tisa.mode replace, which reads any length."
         )
     return requested
+
+
+def reading_length_line(record: dict[str, Any]) -> str | None:
+    """The closing line of a run that wrote a sentence-transformers model: how many tokens it reads and the
+    option that sets it (a `replace` model adapted for long inputs would otherwise embed the longest `--lengths`
+    without a word)."""
+    limit = record["adaptation"].get("max_seq_length")
+    if limit is None:
+        return None
+    config = record["config"]
+    why = "--embedding-max-length" if config.get("embedding_max_length") else "the longest --lengths, by default"
+    return (
+        f"The sentence-transformers model in {config['output_dir']} reads {limit} tokens per input ({why}); "
+        "--embedding-max-length N sets another length."
+    )

@@ -113,13 +113,15 @@ def to_tisa_sentence_transformer(
 
 def save_sentence_transformer(model: SentenceTransformer, folder: str | Path) -> Path:
     """`model.save(folder)`, plus its `max_seq_length` in `sentence_bert_config.json`, which sentence-transformers
-    does not write (a `replace` model would reload cut at its position table)."""
+    does not write (a `replace` model would reload cut at its position table), and a card of its own in place of
+    the base's (`write_card`)."""
     require_sentence_transformers()
     encoder = _transformer_of(model)
     limit = check_reading_limit(model_table_length(encoder), tisa_config_of(encoder), model.max_seq_length, None)
     folder = Path(folder)
     model.save(str(folder))
     _record_limit(folder, limit)
+    write_card(encoder, folder, None, limit)
     return folder
 
 
@@ -151,6 +153,7 @@ def write_sentence_transformer(
     model.save_pretrained(folder)
     reading_tokenizer(tokenizer, limit).save_pretrained(folder)
     write_sentence_transformer_modules(folder, model.config.hidden_size, limit, base)
+    write_card(model, folder, base, limit)
     return folder
 
 
@@ -184,6 +187,13 @@ def write_sentence_transformer_modules(folder: Path, hidden_size: int, limit: in
         modules = [_module_entry(0, "", Transformer), _module_entry(1, "1_Pooling", Pooling)]
     (folder / MODULES_FILE).write_text(json.dumps(modules, indent=2))
     (folder / TRANSFORMER_CONFIG_FILE).write_text(json.dumps({**settings, "max_seq_length": limit}, indent=2))
+
+
+def write_card(model: PreTrainedModel, folder: Path, base: str | None, limit: int, record: dict | None = None) -> None:
+    """`README.md`: the folder's own card (`finetune.push.sentence_model_card`), never the base's."""
+    from ..finetune.push import sentence_model_card
+
+    sentence_model_card(model, folder, base, limit, record).save(folder / "README.md")
 
 
 def is_sentence_transformer(path: str | Path) -> bool:

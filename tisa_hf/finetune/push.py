@@ -1,5 +1,6 @@
 """`tisa-hf push` and `--push-to-hub`: a run folder's model card, and the upload of its model to the Hugging Face
-Hub.
+Hub. The card of a sentence-transformers folder that tisa-hf writes (`sentence_model_card`) is built here too, from
+the same sections.
 
 What can be checked without a network is checked before a run trains (`hub_access.check_push_target`); a failed
 upload says that the run is saved and how to retry it, in one line.
@@ -19,12 +20,13 @@ from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from ..cli_options import push_parser
+from ..config import TisaConfig
 from ..counting import PositionalParameterCount, count_positional_parameters
 from ..environment import describe_machine
 from ..errors import UsageError
 from ..hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..model_configs import plain_model_config
-from ..packaged import MINILM_ALIAS, MINILM_HUB_ID
+from ..packaged import MINILM_HUB_ID, is_packaged_minilm
 from ..patching import tisa_config_of
 from ..saved_files import check_model_folder
 from .run_folder import DOCUMENTS_KEY, METRICS_FILE, RunFolder
@@ -142,7 +144,7 @@ def _hub_id(name: str) -> str | None:
 def base_model_id(model: str) -> str | None:
     """The Hub id a run's `--model` stands for: the packaged MiniLM's, a Hub id itself, or for a local folder the
     `_name_or_path` of its config.json when that is a Hub id; None when there is none."""
-    if model == MINILM_ALIAS:
+    if is_packaged_minilm(model):
         return MINILM_HUB_ID
     config_file = Path(model, "config.json")
     if config_file.is_file():
@@ -302,18 +304,8 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     counts = count_positional_parameters(model)
     unpatched = unpatched_positional_parameters(run_dir)
     purpose = "adapted to" if adaptation else f"fine-tuned on {task} with"
-    sections = [
-        f"# {name}\n\n`{base_model}` {purpose} translation-invariant self-attention (TISA, "
-        "Wennberg & Henter 2021): each head of each layer adds `f(j - i)` to its attention logits, with "
-        "`f(k) = sum_s a_s exp(-|b_s| (k - c_s)^2)`.",
-        f"## Model\n\n- Base model: `{base_model}`\n- Architecture: `{type(model).__name__}` "
-        f"({model.config.num_hidden_layers} layers, {model.config.num_attention_heads} heads)",
-    ]
-    if tisa is None:
-        sections.append("## TISA settings\n\nNone: this run is the unpatched baseline.")
-    else:
-        settings = _table(["setting", "value"], [[key, f"`{value}`"] for key, value in tisa.to_dict().items()])
-        sections.append(f"## TISA settings\n\n{settings}")
+    sections = [_title_section(name, f"`{base_model}` {purpose}"), _model_section(model, base_model)]
+    sections.append(_tisa_section(tisa, "None: this run is the unpatched baseline."))
     count_rows = [
         ["this model", counts.tisa, counts.position_embeddings, counts.total],
         ["unpatched base model", unpatched.tisa, unpatched.position_embeddings, unpatched.total],
@@ -350,18 +342,120 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
             f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, wall time of training and evaluation "
             f"{_wall_time(record)}).\n\n" + _table(["split", "metric", "value"], metric_rows)
         )
-    sections.append(
-        "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "
-        f"(`{model.config.model_type}`) with transformers' Auto classes.\n\n"
-        f"```python\nimport tisa_hf  # noqa: F401\nfrom transformers import AutoTokenizer, "
-        f'{_loading_class(model)}\n\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n'
-        f'model = {_loading_class(model)}.from_pretrained("{name}")\n```'
-    )
+    limit = sentence_reading_length(run_dir)
+    if limit is not None:
+        sections.append(_sentence_section(limit, tisa))
+    sections.append(_usage_section(model, name, sentence_model=limit is not None))
     sections.append(
         "## Training configuration\n\n```json\n"
         + json.dumps({"config": run_config, "versions": record["versions"]}, indent=2, sort_keys=True)
         + "\n```"
     )
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
+
+
+TISA_DESCRIPTION = (
+    "translation-invariant self-attention (TISA, Wennberg & Henter 2021): each head of each layer adds `f(j - i)` "
+    "to its attention logits, with `f(k) = sum_s a_s exp(-|b_s| (k - c_s)^2)`."
+)
+
+
+def _title_section(name: str, what: str) -> str:
+    return f"# {name}\n\n{what} {TISA_DESCRIPTION}"
+
+
+def _model_section(model: PreTrainedModel, base_model: str) -> str:
+    return (
+        f"## Model\n\n- Base model: `{base_model}`\n- Architecture: `{type(model).__name__}` "
+        f"({model.config.num_hidden_layers} layers, {model.config.num_attention_heads} heads)"
+    )
+
+
+def _tisa_section(tisa: TisaConfig | None, without: str) -> str:
+    if tisa is None:
+        return f"## TISA settings\n\n{without}"
+    settings = _table(["setting", "value"], [[key, f"`{value}`"] for key, value in tisa.to_dict().items()])
+    return f"## TISA settings\n\n{settings}"
+
+
+def _sentence_section(limit: int, tisa: TisaConfig | None) -> str:
+    """How many tokens the sentence-transformers model reads, and what changes it."""
+    if tisa is not None and tisa.mode == "replace":
+        beyond = "TISA mode `replace` reads inputs of any length: set `model.max_seq_length` to read more."
+    else:
+        beyond = "The model keeps its position embeddings, so it reads at most its position table's length."
+    return (
+        "## Sentence embeddings\n\nThis folder is a sentence-transformers model. It reads the first "
+        f"**{limit} tokens** of each input (`max_seq_length` in `sentence_bert_config.json`) and cuts the rest. "
+        f"{beyond}"
+    )
+
+
+def _usage_section(model: PreTrainedModel, name: str, sentence_model: bool) -> str:
+    """How to load the folder: `import tisa_hf` first, which registers the model type; without it transformers
+    does not know the type and answers with its 'update Transformers' message."""
+    model_type = model.config.model_type
+    why = (
+        "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "
+        f"(`{model_type}`) with transformers' Auto classes. Without it, transformers does not recognise "
+        f"`{model_type}` and suggests updating Transformers; importing `tisa_hf` is the fix.\n\n"
+    )
+    if sentence_model:
+        return why + (
+            "```python\nimport tisa_hf  # noqa: F401\nfrom sentence_transformers import SentenceTransformer\n\n"
+            f'model = SentenceTransformer("{name}")\nembeddings = model.encode(["A first text.", "A second one."])'
+            "\n```"
+        )
+    return why + (
+        f"```python\nimport tisa_hf  # noqa: F401\nfrom transformers import AutoTokenizer, "
+        f'{_loading_class(model)}\n\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n'
+        f'model = {_loading_class(model)}.from_pretrained("{name}")\n```'
+    )
+
+
+def sentence_reading_length(folder: Path) -> int | None:
+    """The `max_seq_length` of the sentence-transformers model in `folder`; None where it holds none."""
+    from ..embeddings.sentence_models import MODULES_FILE, TRANSFORMER_CONFIG_FILE
+
+    settings = folder / TRANSFORMER_CONFIG_FILE
+    if not (folder / MODULES_FILE).is_file() or not settings.is_file():
+        return None
+    return json.loads(settings.read_text(encoding="utf-8")).get("max_seq_length")
+
+
+def sentence_model_card(
+    model: PreTrainedModel, folder: Path, base: str | None, limit: int, record: dict[str, Any] | None = None
+) -> ModelCard:
+    """The card of a sentence-transformers folder tisa-hf writes around `model` (its encoder): the base it was made
+    from, the TISA settings, how many tokens it reads, how `tisa-hf adapt` made it (`record`, the run's
+    metrics.json record, where there is one) and how to load it."""
+    from .recipe import adaptation_of  # the recipe uploads with this module
+
+    tisa, adapted, marked = tisa_config_of(model), (record or {}).get("adaptation"), adaptation_of(model)
+    base = base or (marked or {}).get("from") or model.config.name_or_path
+    base_id = base_model_id(base) if base else None
+    base_name = base_id or base or "an encoder"
+    if adapted or marked:
+        how = (
+            "adapted by `tisa-hf adapt` to"
+            if adapted
+            else (f"adapted by `tisa-hf adapt` (objective `{marked['objective']}`, trained: {marked['train']}) to")
+        )
+    else:
+        how = f"converted (kernels started by `{tisa.init}`, not trained since) to" if tisa else "without"
+    card_data = ModelCardData(
+        model_name=str(folder),
+        base_model=base_id,
+        library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity",
+        tags=["tisa", "tisa-hf", "translation-invariant-self-attention", "sentence-transformers"],
+    )
+    sections = [_title_section(str(folder), f"`{base_name}` {how}"), _model_section(model, base_name)]
+    sections.append(_tisa_section(tisa, "None: the encoder has no TISA."))
+    sections.append(_sentence_section(limit, tisa))
+    if adapted:
+        sections.append(adaptation_section(record))
+    sections.append(_usage_section(model, str(folder), sentence_model=True))
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 

@@ -326,10 +326,15 @@ def run_task(task: Task) -> dict[str, Any]:
 
 
 def command_main(
-    prog: str, argument_types: tuple[type, ...], run: Callable[..., dict[str, Any]], argv: list[str] | None
+    prog: str,
+    argument_types: tuple[type, ...],
+    run: Callable[..., dict[str, Any]],
+    argv: list[str] | None,
+    closing: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> int:
-    """Parses `argv` into `argument_types` and calls `run` with them; prints a one-line JSON summary. A wrong
-    setting, run folder, model, data or upload raises UsageError (`tisa_hf.cli` reports it)."""
+    """Parses `argv` into `argument_types` and calls `run` with them; prints a one-line JSON summary, then the
+    line `closing` makes of the run's record, where it makes one. A wrong setting, run folder, model, data or
+    upload raises UsageError (`tisa_hf.cli` reports it)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         parsed = parse_arguments(argument_types, argv, prog=prog)
@@ -347,4 +352,7 @@ def command_main(
         "wall_time_s": None if wall_time is None else round(wall_time, 1),
     }
     print(json.dumps(summary))
+    line = closing(record) if closing else None
+    if line:
+        print(line)
     return 0
