@@ -260,3 +260,104 @@ def test_bias_follows_autocast_dtype(monkeypatch):
     dtypes = {(args[1].dtype, args[4].dtype) for args, _ in spy.calls}
     assert dtypes == {(torch.bfloat16, torch.bfloat16)}
     assert torch.isfinite(model.tisa.amplitude.grad).all()
+
+
+@pytest.mark.parametrize("length", [1, 7, 64, 300])
+def test_one_evaluation_for_all_layers_is_bitwise_that_of_each_layer(length):
+    """`layer_tables` evaluates every layer's kernels at once: the values and the parameters' gradients are bit for
+    bit those of one evaluation per layer (`_evaluate` with a layer: the code every layer ran before)."""
+    module = TisaPositionBias(5, HEADS, 3)
+    module.reset_random(window=40, generator=torch.Generator().manual_seed(length))
+    parameters = (module.amplitude, module.sharpness, module.center)
+    grad_output = torch.randn(5, HEADS, 2 * length - 1, generator=torch.Generator().manual_seed(1))
+    tables = module.layer_tables(length, torch.float32)
+    together = torch.autograd.grad(tables, parameters, grad_output.unbind(0))
+    per_layer = [torch.zeros_like(parameter) for parameter in parameters]
+    for layer in range(5):
+        values = module._evaluate(length, torch.float32, layer)
+        assert torch.equal(tables[layer], values)
+        for total, grad in zip(per_layer, torch.autograd.grad(values, parameters, grad_output[layer]), strict=True):
+            total += grad
+    for grad, expected in zip(together, per_layer, strict=True):
+        assert torch.equal(grad, expected)
+
+
+class EvaluationCounter:
+    """Counts `TisaPositionBias._evaluate` calls (one per layer, or one per forward for all layers)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        evaluate = TisaPositionBias._evaluate
+
+        def counted(module, *args):
+            self.calls += 1
+            return evaluate(module, *args)
+
+        monkeypatch.setattr(TisaPositionBias, "_evaluate", counted)
+
+
+def training_step(model: BertModel, length: int) -> list[torch.Tensor]:
+    model.zero_grad()
+    output = model(**padded_batch(length)).last_hidden_state
+    output.mul(torch.randn(output.shape, generator=torch.Generator().manual_seed(2))).sum().backward()
+    return [output.detach()] + [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize(("implementation", "mode", "length"), [("sdpa", "add", 12), ("eager", "replace", 100)])
+def test_a_forward_evaluates_the_kernels_once_with_bitwise_the_per_layer_results(
+    monkeypatch, implementation, mode, length
+):
+    """A training step inside the encoder's forward (one evaluation) against the same layers outside it (one
+    evaluation a layer, as before): outputs and every parameter's gradient bit for bit; inference likewise, through
+    the stored bias and (beyond the cache) the blockwise route."""
+    counter = EvaluationCounter(monkeypatch)
+    model = tiny_bert(implementation, mode)
+    shared = training_step(model, length)
+    assert counter.calls == 1
+    monkeypatch.setattr(TisaPositionBias, "begin_forward", lambda self: None)  # every layer on its own
+    per_layer = training_step(model, length)
+    assert counter.calls == 1 + 2
+    for got, expected in zip(shared, per_layer, strict=True):
+        assert torch.equal(got, expected)
+    monkeypatch.undo()
+    model.eval().tisa.cache_limit_bytes = 0
+    with torch.no_grad():
+        blockwise = model(**padded_batch(length)).last_hidden_state
+        model.tisa.begin_forward = lambda: None
+        assert torch.equal(blockwise, model(**padded_batch(length)).last_hidden_state)
+
+
+def test_shared_kernels_evaluate_once_and_sum_their_gradients_in_another_order(monkeypatch):
+    """With one set of kernels for all layers the layers' gradients meet before the kernels' backward instead of
+    after it: outputs are bitwise those of one evaluation a layer, gradients equal up to float rounding."""
+    torch.manual_seed(0)
+    config = tiny_config("bert", vocab_size=100, num_hidden_layers=2, intermediate_size=64)
+    config._attn_implementation = "sdpa"
+    model = tisa_hf.patch(BertModel(config), tisa_hf.TisaConfig(num_kernels=3, init="random", share_across_layers=True))
+    counter = EvaluationCounter(monkeypatch)
+    shared = training_step(model, 12)
+    assert counter.calls == 1
+    monkeypatch.setattr(TisaPositionBias, "begin_forward", lambda self: None)
+    per_layer = training_step(model, 12)
+    names = ["output"] + [name for name, p in model.named_parameters() if p.grad is not None]
+    for name, got, expected in zip(names, shared, per_layer, strict=True):
+        if name.startswith("tisa."):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        else:
+            assert torch.equal(got, expected), name
+
+
+def test_tables_are_per_forward_only(monkeypatch):
+    """Outside the encoder's forward (a checkpoint's recompute, a direct call) each call evaluates anew; a second
+    forward never reuses the first one's table, whose graph its backward freed; activation checkpointing keeps
+    one evaluation a layer."""
+    counter = EvaluationCounter(monkeypatch)
+    model = tiny_bert("sdpa")
+    training_step(model, 12)
+    training_step(model, 12)  # gradient accumulation: same parameters, a fresh table
+    assert counter.calls == 2 and model.tisa._forward_tables is None
+    model.tisa.offset_values(0, 12, torch.float32)
+    assert counter.calls == 3
+    model.gradient_checkpointing_enable()
+    training_step(model, 12)
+    assert counter.calls == 3 + 2 * 2  # each layer's own, and again in its recompute

@@ -132,3 +132,23 @@ def test_the_reported_backend_is_asked_about_a_mask_laid_out_like_the_bias(monke
         routes.route("sdpa", phase, 64, SHAPE, CPU, None)
     assert seen and all(mask.stride(-1) == 1 and mask.shape[-1] == 64 for mask in seen)
     assert all(mask.untyped_storage().nbytes() == 64 * 4 for mask in seen)
+
+
+def test_a_cpu_says_which_route_a_cuda_training_call_takes_and_why():
+    efficient = "SDPA + stored bias (memory-efficient, which returns the bias gradient{}; the flash kernel takes no "
+    efficient += "bias)"
+    assert routes.cuda_training_routes(64, torch.float32, 0.1) == {
+        "sdpa": efficient.format(" and has dropout"),
+        "flex_attention": "refused: flex attention has no attention dropout, and this model's is 0.1",
+    }
+    assert routes.cuda_training_routes(64, torch.bfloat16, 0.0) == {
+        "sdpa": efficient.format(""),
+        "flex_attention": "flex, offset table in score_mod (no (H, n, n) bias)",
+    }
+    assert routes.cuda_training_routes(12, torch.float16, 0.0) == {
+        "sdpa": "SDPA + stored bias (math: the memory-efficient kernel needs heads of a multiple of 8 float16 values, "
+        "these have 12)",
+        "flex_attention": "refused: flex attention on CUDA needs heads of at least 16 dimensions (PyTorch's flex "
+        "kernel does not compile smaller ones), and this model's have 12",
+    }
+    assert routes.cuda_training_routes(12, torch.float32, 0.0)["sdpa"].startswith("SDPA + stored bias (memory-eff")

@@ -334,14 +334,20 @@ class TrainableBiasAttention(torch.autograd.Function):
         query, key, value, bias, output, logsumexp = ctx.saved_tensors
         scale = ctx.scale
         probabilities = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(bias)
-        probabilities = probabilities.sub_(logsumexp.unsqueeze(-1).to(probabilities.dtype)).exp_()
+        # A conversion or reduction that would change nothing is skipped: each is an operator call of its own.
+        logsumexp = logsumexp.unsqueeze(-1)
+        if logsumexp.dtype != probabilities.dtype:
+            logsumexp = logsumexp.to(probabilities.dtype)
+        probabilities = probabilities.sub_(logsumexp).exp_()
         grad_value = torch.matmul(probabilities.transpose(-1, -2), grad_output)
         row_dot = (grad_output * output).sum(-1, keepdim=True)
         grad_scores = torch.matmul(grad_output, value.transpose(-1, -2)).sub_(row_dot).mul_(probabilities)
         del probabilities
         grad_query = torch.matmul(grad_scores, key).mul_(scale)
         grad_key = torch.matmul(grad_scores.transpose(-1, -2), query).mul_(scale)
-        grad_bias = grad_scores.sum_to_size(bias.shape) if ctx.needs_input_grad[3] else None
+        grad_bias = None
+        if ctx.needs_input_grad[3]:
+            grad_bias = grad_scores if grad_scores.shape == bias.shape else grad_scores.sum_to_size(bias.shape)
         return grad_query, grad_key, grad_value, grad_bias, None
 
 
@@ -402,20 +408,26 @@ FLEX_CUDA_MIN_HEAD_DIM = 16
 
 def flex_refusal(kernels: TisaPositionBias | None, query: torch.Tensor, dropout: float) -> str | None:
     """Why `tisa_flex_attention` cannot run a call, or None where it can."""
+    trains_kernels = kernels is not None and kernels.needs_grad()
+    return flex_refusal_for(query.device.type, query.shape[-1], dropout, trains_kernels)
+
+
+def flex_refusal_for(device_type: str, head_dim: int, dropout: float, trains_kernels: bool) -> str | None:
+    """`flex_refusal` from the call's description alone, so that a CPU can answer it about a CUDA call."""
     if dropout:
         return (
             f"flex attention has no attention dropout, and this model's is {dropout}: set the config's attention "
             "dropout to 0 (attention_probs_dropout_prob for BERT) or use attn_implementation='sdpa'."
         )
-    if kernels is not None and kernels.needs_grad() and query.device.type == "cpu":
+    if trains_kernels and device_type == "cpu":
         return (
             "flex attention cannot train TISA kernels on CPU: PyTorch has no flex attention backward there. Use "
             "attn_implementation='sdpa' to train on CPU (flex attention runs inference on CPU and trains on CUDA)."
         )
-    if query.device.type == "cuda" and query.shape[-1] < FLEX_CUDA_MIN_HEAD_DIM:
+    if device_type == "cuda" and head_dim < FLEX_CUDA_MIN_HEAD_DIM:
         return (
             f"flex attention on CUDA needs heads of at least {FLEX_CUDA_MIN_HEAD_DIM} dimensions (PyTorch's flex "
-            f"kernel does not compile smaller ones), and this model's have {query.shape[-1]}: use "
+            f"kernel does not compile smaller ones), and this model's have {head_dim}: use "
             "attn_implementation='sdpa'."
         )
     return None

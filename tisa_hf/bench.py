@@ -9,6 +9,8 @@ Sections (all by default):
 - `replace`: TISA mode="replace" inference beyond the 512-position table, against the unpatched model with its
   position table enlarged to the same length.
 
+`--profile` counts operator calls and splits the time of one step instead (`tisa_hf.step_profile`).
+
 Times are medians over `--repeats` runs after `--warmup` runs, with the compared variants interleaved. Peak
 memory is measured per configuration in a fresh subprocess running two steps: on CUDA
 `torch.cuda.max_memory_allocated` (weights, optimizer state and activations); on CPU the peak resident set
@@ -385,6 +387,14 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         with open(args.output, "w") as handle:
             json.dump(results, handle, indent=2)
+
+    if args.profile:
+        from .step_profile import run_profile  # it builds on this module's models and steps
+
+        results["profile"] = run_profile(args)
+        save()
+        print(f"\nwrote {args.output}", file=sys.stderr)
+        return 0
 
     if "bias" in args.sections:
         print("bias build ...", file=sys.stderr, flush=True)

@@ -112,6 +112,14 @@ def dropout_rate(text: str) -> float:
     return value
 
 
+def batch_shape(text: str) -> tuple[int, int]:
+    """ "8x128": (batch, length), both positive."""
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected BATCHxLENGTH such as 2x128, got {text!r}")
+    return positive_int(parts[0]), positive_int(parts[1])
+
+
 def add_paired_arguments(parser: argparse.ArgumentParser, difference: str, over: str) -> None:
     """--paired REF... (every other compared item's `difference` to REF, with a 95% bootstrap interval `over` what
     is resampled) and the bootstrap's resamples and seed."""
@@ -230,6 +238,13 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=non_negative_int, default=1)
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing: operator calls (and on CUDA kernels) and section times of one step of each variant",
+    )
+    parser.add_argument("--layers", type=positive_int, default=12, help="--profile: the model's layers (default 12)")
+    parser.add_argument("--shape", type=batch_shape, default=(2, 128), help="--profile: batch x length (default 2x128)")
     parser.add_argument("--output", default="bench.json", help="where the JSON results go")
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     return parser

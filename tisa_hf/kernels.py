@@ -36,6 +36,13 @@ class TisaPositionBias(nn.Module):
     length, dtype and device it was built for, and rebuilt once the parameters change (an optimizer step,
     `load_state_dict`, `.to`), as long as all layers' biases together fit in `cache_limit_bytes`; longer
     inputs build the bias on every call instead.
+
+    Between `begin_forward` and `end_forward` (the encoder's forward, `patching.OffsetTablesPerForward`) the
+    layers' offset values come from one evaluation of every layer's kernels (`layer_tables`), made when the first
+    layer asks: a handful of operator calls (and kernel launches) for the whole model instead of about twenty a
+    layer, and one backward through the kernels. The values are bit for bit those of one layer's evaluation:
+    every operation in `kernel_values` is elementwise or reduces over the kernels or offsets of one layer and head,
+    in the same order whatever the number of layers (`tests/test_fast_paths.py`).
     """
 
     cache_limit_bytes: int = 256 * 2**20
@@ -48,6 +55,7 @@ class TisaPositionBias(nn.Module):
         self.center = nn.Parameter(torch.zeros(shape))
         self.enabled = True
         self._cache: dict[int, tuple[tuple, torch.Tensor]] = {}
+        self._forward_tables: dict[tuple, tuple[torch.Tensor, ...]] | None = None
 
     @property
     def num_layers(self) -> int:
@@ -80,7 +88,31 @@ class TisaPositionBias(nn.Module):
         return self.num_layers * self.num_heads * length * length * dtype.itemsize <= self.cache_limit_bytes
 
     def offset_values(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`."""
+        """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`; inside a forward, a view of the
+        tables all layers share."""
+        if self._forward_tables is None:
+            return self._evaluate(length, dtype, layer)
+        key = (length, dtype, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        tables = self._forward_tables.get(key)
+        if tables is None:
+            tables = self._forward_tables[key] = self.layer_tables(length, dtype)
+        return tables[self._parameter_row(layer)]
+
+    def layer_tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """Every parameter row's (heads, 2n-1) offset values from one evaluation, one view a row (a single row
+        where the layers share their kernels)."""
+        return self._evaluate(length, dtype).unbind(0)
+
+    def begin_forward(self) -> None:
+        """From now until `end_forward`, layers share one evaluation of the kernels per length, dtype and grad mode."""
+        self._forward_tables = {}
+
+    def end_forward(self) -> None:
+        """Back to one evaluation a layer (a call outside the encoder's forward, such as a checkpoint's recompute,
+        must not reuse a table whose graph a backward may have freed)."""
+        self._forward_tables = None
+
+    def _evaluate(self, length: int, dtype: torch.dtype, layer: int | None = None) -> torch.Tensor:
         offsets = torch.arange(1 - length, length, device=self.amplitude.device)
         return self.scoring_function(offsets, layer).to(dtype)
 

@@ -87,6 +87,26 @@ def tisa_bias_module(base: PreTrainedModel) -> TisaPositionBias | None:
     return getattr(base, BIAS_ATTRIBUTE, None)
 
 
+class OffsetTablesPerForward:
+    """Encoder forward hooks: its layers share one evaluation of the kernels per forward
+    (`TisaPositionBias.begin_forward`).
+
+    Not under activation checkpointing: a layer's recompute runs after the encoder's forward, and a table made
+    inside the first layer's checkpointed forward would be missing from its recompute, so each layer then
+    evaluates its own kernels, as outside any forward."""
+
+    def begin(self, base: PreTrainedModel, args: tuple) -> None:
+        kernels = tisa_bias_module(base)
+        checkpointing = base.training and torch.is_grad_enabled() and base.is_activation_checkpointing
+        if kernels is not None and not checkpointing:
+            kernels.begin_forward()
+
+    def end(self, base: PreTrainedModel, args: tuple, output) -> None:
+        kernels = tisa_bias_module(base)
+        if kernels is not None:
+            kernels.end_forward()
+
+
 def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
     """Structural patch of a base encoder by its config's TISA settings: the kernel module, the attention sites and
     the position mode.
@@ -107,6 +127,9 @@ def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
         bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels)
         setattr(base, BIAS_ATTRIBUTE, bias.to(device=table.weight.device, dtype=table.weight.dtype))
+        scope = OffsetTablesPerForward()
+        base.register_forward_pre_hook(scope.begin)
+        base.register_forward_hook(scope.end, always_call=True)
     adapter.prepare(base)
     for site in adapter.attention_sites(base):
         # A plain attribute, not a submodule: the site points back at the encoder that owns the kernels.

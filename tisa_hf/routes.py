@@ -2,7 +2,8 @@
 
 The routes come from the functions the attention code decides with (`attention.sdpa_route`,
 `attention.flex_refusal`, and PyTorch's own SDPA backend choice, `attention.sdpa_backend`), called on stand-in
-tensors of the configuration's shapes, dtypes and grad mode: the report cannot drift from what a model does.
+tensors of the configuration's shapes, dtypes and grad mode: the report cannot drift from what a model does. A CUDA
+training call is also described from PyTorch's rules (`cuda_training_routes`), so that a CPU can say it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,32 @@ def route(
         return f"{chosen.value} ({backend})"
 
 
+# On CUDA GPUs of compute capability 8 and above, PyTorch's memory-efficient SDPA kernel needs the head size to be a
+# multiple of 128 bits' worth of elements (sdp_utils.cpp, `minimum_gemm_alignment`); otherwise SDPA falls back to math.
+EFFICIENT_ALIGNMENT_BITS = 128
+
+
+def cuda_training_routes(head_dim: int, dtype: torch.dtype, dropout: float) -> dict[str, str]:
+    """The route a CUDA training call of TISA takes on each attention implementation, and why, from PyTorch's rules
+    (`tisa_sdpa` always stores the bias in training: its blockwise route is for inference, its trainable-bias
+    route for the CPU), so a machine without a GPU can say it."""
+    alignment = EFFICIENT_ALIGNMENT_BITS // (8 * dtype.itemsize)
+    if head_dim % alignment:
+        backend = (
+            f"math: the memory-efficient kernel needs heads of a multiple of {alignment} {str(dtype)[6:]} values, "
+            f"these have {head_dim}"
+        )
+    else:
+        backend = (
+            "memory-efficient, which returns the bias gradient"
+            + (" and has dropout" if dropout else "")
+            + "; the flash kernel takes no bias"
+        )
+    refusal = attention.flex_refusal_for("cuda", head_dim, dropout, trains_kernels=True)
+    flex = "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod (no (H, n, n) bias)"
+    return {"sdpa": f"{SdpaRoute.STORED_BIAS.value} ({backend})", "flex_attention": flex}
+
+
 def route_table(
     device: torch.device, lengths: list[int], shape: Shape = Shape()
 ) -> list[tuple[str, str, str, list[str]]]:
@@ -131,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     for implementation, precision, phase, routes in route_table(device, args.lengths, shape):
         print(f"  {implementation}, {precision}, {phase}: {grouped(args.lengths, routes)}")
+    print(f"\nroute of a CUDA training call at any length, by PyTorch's rules (heads of {shape.head_dim}):")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for dropout in (0.1, 0.0):
+            for implementation, chosen in cuda_training_routes(shape.head_dim, dtype, dropout).items():
+                print(f"  {implementation}, {str(dtype)[6:]}, attention dropout {dropout}: {chosen}")
     return 0
 
 

@@ -1,0 +1,66 @@
+"""`tisa-hf bench --profile` on a one-layer model of 8 tokens: its options, its table, and where it puts the calls."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+from transformers import BertConfig
+
+from tisa_hf import attention, bench, step_profile
+from tisa_hf.cli_options import batch_shape
+from tisa_hf.kernels import TisaPositionBias
+
+
+def test_shape_option_reads_batch_by_length():
+    assert batch_shape("8x128") == (8, 128)
+    for wrong in ("8", "8x", "0x4", "2x3x4"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            batch_shape(wrong)
+
+
+def small_config(implementation: str, dropout: float) -> BertConfig:
+    """BERT-base's settings at a tiny width (the vocabulary holds the benchmark's token ids), so that a step takes
+    milliseconds."""
+    config = bench.bert_base_config(implementation, dropout)
+    config.update({"hidden_size": 48, "intermediate_size": 64, "vocab_size": 20000, "num_attention_heads": 4})
+    return config
+
+
+def test_profile_prints_and_saves_each_variant_and_phase(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(step_profile, "bert_base_config", small_config)
+    output = tmp_path / "profile.json"
+    arguments = ["--device", "cpu", "--profile", "--layers", "1", "--shape", "1x8", "--implementations", "sdpa"]
+    assert bench.main([*arguments, "--attention-dropout", "0", "--output", str(output)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "sdpa, float32, 1 layers, batch 1 x 8, attention dropout 0.0 in training, cpu (CPU ms)"
+    assert lines[2].startswith("variant       phase   calls   fwd   bwd optim  a layer  extra  kernels  bias ms")
+    rows = json.loads(output.read_text())["profile"]["profiles"][0]["rows"]
+    assert [(row["variant"], row["phase"]) for row in rows] == [
+        (variant, phase) for phase in ("train", "infer") for variant in step_profile.VARIANTS
+    ]
+    stock, add = rows[0], rows[1]
+    assert stock["calls"] == stock["forward_calls"] + stock["backward_calls"] + stock["optimizer_calls"]
+    assert stock["optimizer_calls"] > 0 and stock["backward_calls"] > 0 and rows[3]["backward_calls"] == 0
+    assert stock["bias_ms"] == stock["bias_backward_ms"] == 0 and stock["attention_ms"] > 0
+    assert add["bias_ms"] > 0 and add["bias_backward_ms"] > 0 and add["attention_backward_ms"] > 0
+    assert add["forward_calls"] > stock["forward_calls"] and add["device_kernels"] is None
+    extra = add["forward_calls"] + add["backward_calls"] - stock["forward_calls"] - stock["backward_calls"]
+    assert lines[4].split()[8] == f"{extra:.1f}"  # one layer: the extra calls of the whole step
+
+
+def test_sections_are_labelled_only_while_profiling():
+    originals = (TisaPositionBias.forward, attention.merge_bias, dict(step_profile.AttentionInterface._global_mapping))
+    with step_profile.labelled_sections():
+        assert TisaPositionBias.forward is not originals[0] and attention.merge_bias is not originals[1]
+    assert (TisaPositionBias.forward, attention.merge_bias) == originals[:2]
+    assert step_profile.AttentionInterface._global_mapping == originals[2]
+
+
+def test_top_level_calls_leave_out_the_calls_inside_them():
+    with torch.profiler.profile() as recorded:
+        torch.ones(3).add(1).softmax(0)  # ones calls fill_ inside; softmax calls _softmax
+    names = [event.name for event in step_profile.top_level_aten(list(recorded.events()))]
+    assert names == ["aten::ones", "aten::add", "aten::softmax"]
