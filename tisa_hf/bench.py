@@ -151,10 +151,11 @@ def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
 
 
 def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]:
-    """One training step (forward, backward, AdamW) or one no-grad forward, under autocast for bf16."""
+    """One training step (forward, backward, AdamW) or one no-grad forward, under autocast for bf16 and fp16 (no
+    loss scaling: the step's cost is what is measured)."""
     batch = make_batch(case)
     device_type = torch.device(case.device).type
-    autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=case.dtype == "bfloat16")
+    autocast = torch.autocast(device_type, dtype=getattr(torch, case.dtype), enabled=case.dtype != "float32")
     if case.section == "train":
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 

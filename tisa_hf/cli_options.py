@@ -230,7 +230,10 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sections", nargs="+", choices=BENCH_SECTIONS, default=list(BENCH_SECTIONS))
     parser.add_argument("--implementations", nargs="+", choices=("sdpa", "eager"), default=["sdpa", "eager"])
     parser.add_argument(
-        "--dtypes", nargs="+", choices=("float32", "bfloat16"), help="default: float32, plus bfloat16 on CUDA"
+        "--dtypes",
+        nargs="+",
+        choices=("float32", "bfloat16", "float16"),
+        help="default: float32, plus bfloat16 on CUDA",
     )
     parser.add_argument("--bias-lengths", nargs="+", type=positive_int, default=[128, 512, 2048])
     parser.add_argument("--replace-lengths", nargs="+", type=positive_int, default=[1024, 2048, 4096])
