@@ -1,5 +1,5 @@
 import sys
 
-from tisa_hf.bench import main
+from tisa_hf.performance.bench import main
 
 sys.exit(main())

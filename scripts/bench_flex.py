@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from tisa_hf import attention
-from tisa_hf.bench import peak_memory_mib, start_peak_memory, synchronize, time_interleaved
 from tisa_hf.kernels import TisaPositionBias
+from tisa_hf.performance.bench import peak_memory_mib, start_peak_memory, time_interleaved
+from tisa_hf.performance.cases import synchronize
 
 HEADS, HEAD_DIM, KERNELS = 12, 32, 5
 

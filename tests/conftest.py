@@ -10,7 +10,7 @@ import transformers
 
 import tisa_hf
 from tests.fixtures import MODEL_TYPES
-from tisa_hf import hub_access
+from tisa_hf.common import hub_access
 
 
 def pytest_collection_modifyitems(items):

@@ -19,7 +19,8 @@ from tests.fixtures import tiny_config, two_process_launch, write_rte_tsv, write
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
-from tisa_hf.adapt.text import (
+from tisa_hf.cli import entry
+from tisa_hf.common.text import (
     block_count,
     mask_blocks,
     pack_blocks,
@@ -27,9 +28,9 @@ from tisa_hf.adapt.text import (
     split_articles,
     tokenize_articles,
 )
-from tisa_hf.cli import entry
 from tisa_hf.finetune import push, trainer
-from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
+from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 
 adapt_main = entry("adapt")  # `tisa-hf adapt`
 
@@ -296,7 +297,7 @@ def test_adapted_model_loads_fine_tunes_and_has_a_card(workspace, tmp_path):
         workspace / "bert", tisa=tisa_hf.TisaConfig(num_kernels=2, mode="replace", init="random")
     ).tisa.amplitude.detach())  # fmt: skip
 
-    from tisa_hf.finetune.glue_task import run
+    from tisa_hf.finetune.glue.task import run
 
     # Only what from_pretrained reads, as a download from the Hub would hold: the provenance is in config.json.
     weights_only = tmp_path / "weights-only"

@@ -20,7 +20,8 @@ from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import EVAL_SPAN_SEED, EmbeddingObjective, span_queries
 from tisa_hf.cli import entry
 from tisa_hf.finetune import push
-from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
+from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 
 pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
@@ -166,7 +167,7 @@ def test_an_adapted_sentence_transformer_reads_its_stated_length_and_fine_tunes(
     torch.testing.assert_close(encoded, direct_embedding(adapted, ids), rtol=1e-5, atol=1e-6)
     assert (encoded - direct_embedding(adapted, ids[:63] + ids[-1:])).abs().max() > 1e-3  # not cut at the table
 
-    from tisa_hf.finetune.glue_task import run
+    from tisa_hf.finetune.glue.task import run
 
     glue_argv = [
         "--model", str(output), "--data-dir", str(workspace), "--task", "rte", "--output-dir", str(tmp_path / "rte"),

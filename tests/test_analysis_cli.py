@@ -16,9 +16,9 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 import tisa_hf
 from tests.fixtures import tiny_config
-from tisa_hf import hub_access
 from tisa_hf.analysis.report import SECTIONS
 from tisa_hf.cli import entry, main
+from tisa_hf.common import hub_access
 
 analyze, compare = entry("analyze"), entry("compare")
 
@@ -78,7 +78,7 @@ def test_analyze_minilm(tmp_path, capsys):
     assert metrics["scoring_functions"] is None
     assert "no TISA scoring functions" in (out / "report.html").read_text(encoding="utf-8")
 
-    from tisa_hf.analysis.loading import load_model
+    from tisa_hf.analysis.encoder_loading import load_model
 
     model = load_model(MINILM)
     table = model.embeddings.position_embeddings.weight[:64].double().detach()
@@ -159,7 +159,7 @@ def test_a_fine_tuned_folder_loads_its_encoder_without_a_load_report(tmp_path, c
     tisa = {"num_kernels": 2, "init": "random"}
     classifier = AutoModelForSequenceClassification.from_config(tiny_config("bert", num_hidden_layers=2, tisa=tisa))
     classifier.save_pretrained(tmp_path)
-    from tisa_hf.analysis.loading import load_model
+    from tisa_hf.analysis.encoder_loading import load_model
 
     with caplog.at_level(logging.INFO):
         model = load_model(str(tmp_path))

@@ -19,13 +19,13 @@ from tests.fixtures import WORDS, write_tiny_model
 from tisa_hf.classify import main
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
-from tisa_hf.finetune.classify_task import run
-from tisa_hf.finetune.document_arguments import CLASSIFY_ARGUMENTS
-from tisa_hf.finetune.document_labels import LabelVocabulary
-from tisa_hf.finetune.document_metrics import document_metrics
+from tisa_hf.finetune.classify.labels import LabelVocabulary
+from tisa_hf.finetune.classify.metrics import document_metrics
+from tisa_hf.finetune.classify.options import CLASSIFY_ARGUMENTS
+from tisa_hf.finetune.classify.task import run
+from tisa_hf.finetune.classify.truncation import Truncation, encode_documents
 from tisa_hf.finetune.predictions import read_predictions
 from tisa_hf.finetune.push import build_model_card
-from tisa_hf.finetune.truncation import Truncation, encode_documents
 
 TABLE = 16  # the tiny model's position table; the runs read 4x as many tokens
 LENGTH = 4 * TABLE

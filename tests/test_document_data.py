@@ -7,12 +7,13 @@ from sklearn.model_selection import train_test_split
 from transformers import HfArgumentParser
 
 from tisa_hf.errors import UsageError
-from tisa_hf.finetune.document_arguments import DocumentDataArguments
-from tisa_hf.finetune.document_files import Columns, read_documents
-from tisa_hf.finetune.document_labels import LabelVocabulary
-from tisa_hf.finetune.document_splits import SplitsFile, fold_split
-from tisa_hf.finetune.documents import load_documents
-from tisa_hf.finetune.hyperpartisan import corpus_files, read_articles
+from tisa_hf.finetune.classify.data import load_documents
+from tisa_hf.finetune.classify.files import Columns, read_documents
+from tisa_hf.finetune.classify.folds import SplitsFile, fold_split
+from tisa_hf.finetune.classify.hyperpartisan import corpus_files
+from tisa_hf.finetune.classify.hyperpartisan import read_hyperpartisan as read_articles
+from tisa_hf.finetune.classify.labels import LabelVocabulary
+from tisa_hf.finetune.classify.options import DocumentDataArguments
 
 HYPERPARTISAN = Path(__file__).resolve().parents[2] / "shared" / "longdoc" / "hyperpartisan"
 

@@ -9,8 +9,8 @@ import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
 from tisa_hf import cli
-from tisa_hf.finetune.document_report import fold_table, paired_differences
-from tisa_hf.finetune.report import collect
+from tisa_hf.experiments.document_report import fold_table, paired_differences
+from tisa_hf.experiments.report import collect
 
 main = cli.entry("report")  # `tisa-hf report`
 

@@ -4,11 +4,11 @@ import pytest
 from transformers import BertConfig, BertTokenizerFast, RobertaConfig
 
 from tisa_hf import TisaConfig, tisa_model_config
+from tisa_hf.common.checkpoints import check_sequence_length
 from tisa_hf.errors import UsageError
-from tisa_hf.finetune.document_labels import LabelVocabulary
-from tisa_hf.finetune.document_metrics import document_metrics, main_metric
-from tisa_hf.finetune.sequence_length import check_sequence_length
-from tisa_hf.finetune.truncation import Truncation, encode_documents, tokenize_documents
+from tisa_hf.finetune.classify.labels import LabelVocabulary
+from tisa_hf.finetune.classify.metrics import document_metrics, main_metric
+from tisa_hf.finetune.classify.truncation import Truncation, encode_documents, tokenize_documents
 
 WORDS = [f"w{index}" for index in range(300)]
 

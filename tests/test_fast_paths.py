@@ -14,8 +14,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 import tisa_hf
 import tisa_hf.attention as attention
 from tests.fixtures import tiny_config
-from tisa_hf.bench import per_head_loop_bias
 from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
+from tisa_hf.performance.bench import per_head_loop_bias
 
 HEADS, KERNELS = 3, 2
 

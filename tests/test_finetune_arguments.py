@@ -3,11 +3,12 @@ import os
 import pytest
 import transformers
 
+from tisa_hf.common.hub_access import model_source
 from tisa_hf.config import TisaConfig
-from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
-from tisa_hf.finetune.sweep import settings_to_flags
+from tisa_hf.experiments.sweep import settings_to_flags
+from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.trainer import resolve_schedule
-from tisa_hf.hub_access import model_source
 from tisa_hf.packaged import resolve_model
 
 

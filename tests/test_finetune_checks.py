@@ -17,10 +17,10 @@ import yaml
 from huggingface_hub import HfApi, errors
 
 from tests.fixtures import glue_argv, write_rte_tsv, write_tiny_model
-from tisa_hf import hub_access
-from tisa_hf.finetune import glue_task as glue_module
-from tisa_hf.finetune import squad_task as squad_module
+from tisa_hf.common import hub_access
 from tisa_hf.finetune import trainer
+from tisa_hf.finetune.glue import task as glue_module
+from tisa_hf.finetune.squad import task as squad_module
 from tisa_hf.glue import main as glue
 from tisa_hf.squad import main as squad
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tisa_hf.finetune.glue_data import get_task, load_glue
+from tisa_hf.finetune.glue.data import get_task, load_glue
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "glue"
 

@@ -14,15 +14,16 @@ from transformers import BertConfig, RobertaConfig
 from tests.fixtures import glue_argv, write_glue_tsv, write_rte_tsv, write_tiny_model
 from tisa_hf import cli
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
+from tisa_hf.common.checkpoints import position_limit
 from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError
-from tisa_hf.finetune import glue_task as glue_module
 from tisa_hf.finetune import precision
-from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, TrainingArguments, parse_arguments
+from tisa_hf.finetune.arguments import TrainingArguments, parse_arguments
 from tisa_hf.finetune.finite import TrainingDiverged, check_finite_step, finite_json
-from tisa_hf.finetune.glue_data import get_task, load_glue
+from tisa_hf.finetune.glue import task as glue_module
+from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.precision import check_mixed_precision
-from tisa_hf.finetune.sequence_length import position_limit
 
 glue = cli.entry("glue")  # `tisa-hf glue`
 

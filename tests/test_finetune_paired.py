@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tisa_hf.finetune.metrics import glue_metric
-from tisa_hf.finetune.paired import paired_bootstrap
+from tisa_hf.common.paired import paired_bootstrap
+from tisa_hf.finetune.glue.metrics import glue_metric
 from tisa_hf.finetune.predictions import SplitPredictions
 
 EXAMPLES = 1000

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tisa_hf import cli
-from tisa_hf.finetune.metrics import glue_metrics
+from tisa_hf.experiments.report import collect, gains, render, render_paired, score_table
+from tisa_hf.finetune.glue.metrics import glue_metrics
 from tisa_hf.finetune.predictions import RunPredictions, SplitPredictions
-from tisa_hf.finetune.report import collect, gains, render, render_paired, score_table
 from tisa_hf.finetune.run_folder import PREDICTIONS_FILE
 
 main = cli.entry("report")  # `tisa-hf report`

@@ -12,9 +12,10 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 import tisa_hf
 from tests.fixtures import WORDS, write_tiny_model
-from tisa_hf.finetune.arguments import SQUAD_ARGUMENTS, parse_arguments
-from tisa_hf.finetune.squad_data import prepare_eval_features, read_squad_json
-from tisa_hf.finetune.squad_metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
+from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.squad.data import prepare_eval_features, read_squad_json
+from tisa_hf.finetune.squad.metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
+from tisa_hf.finetune.squad.options import SQUAD_ARGUMENTS
 from tisa_hf.squad import main
 
 ROOT = Path(__file__).resolve().parents[1]

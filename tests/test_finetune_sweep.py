@@ -7,8 +7,8 @@ import yaml
 
 from tests.fixtures import write_rte_tsv, write_tiny_model
 from tisa_hf.cli import entry
+from tisa_hf.experiments.sweep import COMMANDS, plan
 from tisa_hf.finetune.arguments import parse_arguments
-from tisa_hf.finetune.sweep import COMMANDS, plan
 
 main = entry("sweep")  # `tisa-hf sweep`
 

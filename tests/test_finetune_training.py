@@ -14,13 +14,14 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
 from tests.fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
-from tisa_hf.environment import processor_name
-from tisa_hf.finetune import glue_task as glue
+from tisa_hf.common.machine import processor_name
 from tisa_hf.finetune import trainer
-from tisa_hf.finetune.arguments import GLUE_ARGUMENTS, parse_arguments
-from tisa_hf.finetune.glue_data import get_task, load_glue
-from tisa_hf.finetune.glue_task import run
-from tisa_hf.finetune.metrics import glue_metrics
+from tisa_hf.finetune.arguments import parse_arguments
+from tisa_hf.finetune.glue import task as glue
+from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.metrics import glue_metrics
+from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
+from tisa_hf.finetune.glue.task import run
 from tisa_hf.finetune.predictions import read_predictions
 from tisa_hf.glue import main
 

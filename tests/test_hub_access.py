@@ -7,8 +7,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub import constants, errors
 
-from tisa_hf import hub_access
-from tisa_hf.hub_access import ModelSource, model_source
+from tisa_hf.common import hub_access
+from tisa_hf.common.hub_access import ModelSource, model_source
 
 
 class Session:

@@ -14,10 +14,10 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 import tisa_hf
 from tests.fixtures import tiny_config, write_tiny_model, write_wikitext
 from tisa_hf.adapt import lm_eval
-from tisa_hf.adapt.interpolation import PositionInterpolation, interpolated_rows
-from tisa_hf.adapt.lm_eval_output import PROGRESS_FILE
-from tisa_hf.adapt.text import mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 from tisa_hf.cli import entry
+from tisa_hf.common.interpolation import PositionInterpolation, interpolated_rows
+from tisa_hf.common.result_files import PROGRESS_FILE
+from tisa_hf.common.text import mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 from tisa_hf.errors import UsageError
 
 lm_eval_main = entry("lm-eval")  # `tisa-hf lm-eval`

@@ -9,7 +9,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceCl
 
 import tisa_hf
 from tests.fixtures import tiny_config
-from tisa_hf.finetune.loading import load_under_head
+from tisa_hf.common.head_loading import load_under_head
 
 
 def records(caplog, level):

@@ -15,18 +15,18 @@ from embedding_fixtures import parse_systems_then_options, record_loaded_systems
 from transformers import AutoModel
 
 from tests.fixtures import WORDS
-from tisa_hf.adapt.text import tokenize_articles
+from tisa_hf.common.text import tokenize_articles
 from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
+from tisa_hf.common.result_files import scores_path  # noqa: E402
 from tisa_hf.embeddings import longembed  # noqa: E402
-from tisa_hf.embeddings.facts import NAMES, needle_facts  # noqa: E402
 from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
+from tisa_hf.embeddings.longembed_data import build_task, text_haystack  # noqa: E402
+from tisa_hf.embeddings.needles import NAMES, needle_facts  # noqa: E402
 from tisa_hf.embeddings.options import longembed_parser, qmsum_parser, sts_parser  # noqa: E402
 from tisa_hf.embeddings.ranking import answer_ranks, reciprocal_rank_fusion  # noqa: E402
-from tisa_hf.embeddings.records import scores_path  # noqa: E402
 from tisa_hf.embeddings.systems import Embedder, SystemSpec  # noqa: E402
-from tisa_hf.embeddings.tasks import build_task, text_haystack  # noqa: E402
 
 TABLE = 32
 

@@ -102,7 +102,7 @@ def test_multi_process_encode_equals_the_single_process_result(minilm):
     """sentence-transformers ships the model to spawned workers, fresh interpreters that import nothing by hand:
     unpickling the model imports tisa_hf, which registers TISA."""
     pytest.importorskip("sentence_transformers")
-    from tisa_hf.embeddings.sentence_models import to_tisa_sentence_transformer
+    from tisa_hf.common.sentence_models import to_tisa_sentence_transformer
 
     model = to_tisa_sentence_transformer(minilm, {"num_kernels": 2, "init": "random"}, max_seq_length=32, device="cpu")
     texts = ["a short text", "another one about cats and dogs", "the third sentence", "four"]

@@ -11,9 +11,9 @@ from transformers import AutoModel
 
 import tisa_hf.attention as attention
 from tests.fixtures import tiny_config
-from tisa_hf import routes
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
+from tisa_hf.performance import environment_report as routes
 
 CPU = torch.device("cpu")
 SHAPE = routes.Shape(layers=3, heads=4, head_dim=8)  # tiny_config's encoder

@@ -8,8 +8,7 @@ from transformers import AutoTokenizer
 
 import tisa_hf
 from tisa_hf.errors import UsageError
-from tisa_hf.finetune.arguments import SquadArguments
-from tisa_hf.finetune.squad_data import (
+from tisa_hf.finetune.squad.data import (
     SquadFormatError,
     build_squad_task,
     check_windows,
@@ -19,6 +18,7 @@ from tisa_hf.finetune.squad_data import (
     prepare_train_features,
     read_squad_json,
 )
+from tisa_hf.finetune.squad.options import SquadArguments
 
 MINILM = tisa_hf.minilm_path()
 

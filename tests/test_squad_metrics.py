@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tisa_hf.finetune.squad_metrics import (
+from tisa_hf.finetune.squad.metrics import (
     exact_match,
     f1_score,
     gold_texts,

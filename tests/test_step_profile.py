@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from tisa_hf import attention, bench, step_profile
+from tisa_hf import attention
 from tisa_hf.cli_options import batch_shape
 from tisa_hf.kernels import TisaPositionBias
+from tisa_hf.performance import bench, cases, step_profile
 
 
 def test_shape_option_reads_batch_by_length():
@@ -24,7 +25,7 @@ def test_shape_option_reads_batch_by_length():
 def small_config(implementation: str, dropout: float) -> BertConfig:
     """BERT-base's settings at a tiny width (the vocabulary holds the benchmark's token ids), so that a step takes
     milliseconds."""
-    config = bench.bert_base_config(implementation, dropout)
+    config = cases.bert_base_config(implementation, dropout)
     config.update({"hidden_size": 48, "intermediate_size": 64, "vocab_size": 20000, "num_attention_heads": 4})
     return config
 

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from tests.fixtures import write_tiny_model, write_wikitext
-from tisa_hf import bench, cli
+from tisa_hf import cli
 from tisa_hf.adapt import adapt_task
 from tisa_hf.analysis import commands
 from tisa_hf.errors import UsageError
+from tisa_hf.performance import bench
 
 
 @pytest.fixture(scope="module")

@@ -50,25 +50,25 @@ COMMANDS: dict[str, Command] = {
         "Key positional numbers of several encoders in one table.",
     ),
     "glue": Command(
-        "tisa_hf.finetune.glue_task",
-        "tisa_hf.finetune.arguments:GLUE_ARGUMENTS",
+        "tisa_hf.finetune.glue.task",
+        "tisa_hf.finetune.glue.options:GLUE_ARGUMENTS",
         "Fine-tune and evaluate on a GLUE task.",
     ),
     "squad": Command(
-        "tisa_hf.finetune.squad_task",
-        "tisa_hf.finetune.arguments:SQUAD_ARGUMENTS",
+        "tisa_hf.finetune.squad.task",
+        "tisa_hf.finetune.squad.options:SQUAD_ARGUMENTS",
         "Fine-tune and evaluate on SQuAD v1.1 / v2.0.",
     ),
     "classify": Command(
-        "tisa_hf.finetune.classify_task",
-        "tisa_hf.finetune.document_arguments:CLASSIFY_ARGUMENTS",
+        "tisa_hf.finetune.classify.task",
+        "tisa_hf.finetune.classify.options:CLASSIFY_ARGUMENTS",
         "Fine-tune and evaluate on long-document classification (Hyperpartisan, CSV/JSON).",
     ),
     "sweep": Command(
-        "tisa_hf.finetune.sweep", "tisa_hf.cli_options:sweep_parser", "Run a grid of fine-tuning runs, resumably."
+        "tisa_hf.experiments.sweep", "tisa_hf.cli_options:sweep_parser", "Run a grid of fine-tuning runs, resumably."
     ),
     "report": Command(
-        "tisa_hf.finetune.report",
+        "tisa_hf.experiments.report",
         "tisa_hf.cli_options:report_parser",
         "Results table (the TISA paper's table 3 layout).",
     ),
@@ -101,10 +101,12 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.finetune.push", "tisa_hf.cli_options:push_parser", "Upload a run's model with a model card to the Hub."
     ),
     "bench": Command(
-        "tisa_hf.bench", "tisa_hf.cli_options:bench_parser", "Speed and memory of TISA against plain attention."
+        "tisa_hf.performance.bench",
+        "tisa_hf.cli_options:bench_parser",
+        "Speed and memory of TISA against plain attention.",
     ),
     "env": Command(
-        "tisa_hf.routes",
+        "tisa_hf.performance.environment_report",
         "tisa_hf.cli_options:env_parser",
         "This machine and the attention route each TISA configuration takes on it.",
     ),

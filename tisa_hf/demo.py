@@ -18,11 +18,11 @@ from .analysis.plots import scoring_comparison_figure
 from .analysis.positional_attention import analyze_profiles
 from .analysis.scoring import compare_scoring_to_profiles, fit_profile_length
 from .cli_options import demo_parser
+from .common.head_loading import load_under_head
+from .common.hub_access import loading_errors, model_remedy, model_source
 from .config import TisaConfig
 from .counting import count_positional_parameters
 from .errors import usage_errors
-from .finetune.loading import load_under_head
-from .hub_access import loading_errors, model_remedy, model_source
 
 SENTENCES = [
     "The cat sat on the mat because it was warm.",

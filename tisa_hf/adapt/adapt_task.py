@@ -25,24 +25,16 @@ from torch import nn
 from torch.utils.data import DataLoader, StackDataset
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, default_data_collator
 
-from ..config import TisaConfig
-from ..embeddings.sentence_models import (
+from ..common.checkpoints import CheckpointFacts, reads_any_length
+from ..common.hub_access import loading_errors, model_remedy
+from ..common.model_cards import mark_adapted
+from ..common.sentence_models import (
     check_mean_pooling,
     reading_tokenizer,
     write_card,
     write_sentence_transformer_modules,
 )
-from ..errors import UsageError
-from ..finetune.arguments import ModelArguments
-from ..finetune.preflight import RunPlan, plan_run
-from ..finetune.recipe import Task, TaskData, command_main, load_model_and_tokenizer, mark_adapted, run_task
-from ..finetune.trainer import TrainingStage, micro_batch_size, resolve_schedule, train_dataloader
-from ..hub_access import loading_errors, model_remedy
-from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
-from .checkpoints import CheckpointFacts
-from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
-from .sentence_output import reading_length_line, sentence_output_limit
-from .text import (
+from ..common.text import (
     block_count,
     mask_blocks,
     pack_blocks,
@@ -51,6 +43,15 @@ from .text import (
     spread_selection,
     tokenize_articles,
 )
+from ..config import TisaConfig
+from ..errors import UsageError
+from ..finetune.arguments import ModelArguments
+from ..finetune.preflight import RunPlan, plan_run
+from ..finetune.recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
+from ..finetune.trainer import TrainingStage, micro_batch_size, resolve_schedule, train_dataloader
+from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
+from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, check_mlm_head_module, mlm_head_of
+from .sentence_output import reading_length_line, sentence_output_limit
 
 EVAL_MASKING_SEED = 0
 
@@ -91,7 +92,7 @@ def _check_settings(facts: CheckpointFacts, tisa_args: AdaptTisaArguments, adapt
             )
         return facts.tisa
     if adapt_args.objective == "mlm":
-        facts.check_mlm_head_module()
+        check_mlm_head_module(facts.config)
     if adapt_args.objective == "mlm" and not facts.has_mlm_head:
         raise UsageError(
             f"--objective mlm needs an MLM head and {name} has none (its config names "
@@ -132,7 +133,7 @@ def _check_lengths(
             f"--objective distill compares with the teacher, which reads at most {table} tokens, and --lengths has "
             f"{longest}; keep the lengths <= {table}, or train longer blocks with --objective mlm in replace mode."
         )
-    if tisa is None or tisa.mode != "replace":
+    if not reads_any_length(tisa):
         kept_by = "TISA mode='add'" if tisa is not None else "the unpatched model"
         raise UsageError(
             f"--lengths has {longest} tokens but {facts.name}'s position table holds {table}, which {kept_by} keeps; "

@@ -11,14 +11,14 @@ tokens):
 With --paired REF, every other model's difference to REF per measure and length, with a 95% bootstrap interval
 over the blocks (the same blocks for both: the per-block sums are kept in the JSON).
 A model is a checkpoint (folder, Hub id or `minilm`) or `interp:NAME`, NAME with its position table stretched
-by linear position interpolation (the peer baseline beyond the table; tisa_hf/adapt/interpolation.py). A model
+by linear position interpolation (the peer baseline beyond the table; tisa_hf/common/interpolation.py). A model
 that cannot read n tokens (a position table shorter than n) gets null at n. Long inputs fit CPU memory: TISA
 `replace` mode attends blockwise at inference, and the other models run sdpa without a mask.
 
 Writes OUT/lm_eval.json (every number, the settings and versions), OUT/lm_eval.md (a table per measure, models
 against lengths) and OUT/lm_eval.png (each measure against length, log axis). Every setting, model config, the
 text and the output folder are checked before any weights load. Each model's numbers at each length are kept in
-OUT as soon as they are computed, and a rerun with the same settings resumes from them (lm_eval_output.py); a
+OUT as soon as they are computed, and a rerun with the same settings resumes from them (common/result_files.py); a
 progress bar (on a terminal) or a log line per model and length tells how far it is.
 """
 
@@ -43,16 +43,17 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
 from ..cli_options import lm_eval_parser
-from ..environment import checked_device, machine, versions
+from ..common.checkpoints import CheckpointFacts
+from ..common.hub_access import loading_errors, model_remedy, model_source
+from ..common.interpolation import PositionInterpolation
+from ..common.machine import checked_device, machine, versions
+from ..common.paired import paired_to
+from ..common.result_files import FinishedCells, check_writable, replace_atomically, write_text_atomically
+from ..common.spellings import parse_spelling
+from ..common.tables import markdown_table, paired_cell
+from ..common.text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 from ..errors import UsageError
-from ..hub_access import loading_errors, model_remedy, model_source
-from ..markdown import markdown_table, paired_cell
-from .checkpoints import CheckpointFacts
-from .interpolation import INTERPOLATION_PREFIX, PositionInterpolation
-from .lm_eval_output import FinishedCells, check_writable, replace_atomically, write_text_atomically
-from .objectives import IGNORE_INDEX, masked_token_losses, mlm_head_of
-from .paired_blocks import paired_to
-from .text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
+from .objectives import IGNORE_INDEX, check_mlm_head_module, masked_token_losses, mlm_head_of
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,11 @@ class ModelSpec:
 
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
-        interpolated = spec.startswith(INTERPOLATION_PREFIX)
-        facts = CheckpointFacts.read(spec.removeprefix(INTERPOLATION_PREFIX), "model")
+        spelling = parse_spelling(spec)
+        if spelling.reading not in ("full", "interp") or spelling.tisa is not None:
+            raise UsageError(f"{spec}: lm-eval reads a checkpoint whole or interpolated (interp:MODEL).")
+        interpolated = spelling.reading == "interp"
+        facts = CheckpointFacts.read(spelling.model, "model")
         if interpolated and facts.tisa is not None:
             raise UsageError(f"{spec}: interpolation stretches a position table; give the unpatched model.")
         return cls(spec, facts, interpolated)
@@ -243,7 +247,7 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
             "give the output of `tisa-hf adapt --objective mlm --train head`."
         )
     for facts in [head_source] if head_source else [spec.facts for spec in specs if spec.facts.has_mlm_head]:
-        facts.check_mlm_head_module()
+        check_mlm_head_module(facts.config)
     if teacher is None and head_source is None and not any(spec.facts.has_mlm_head for spec in specs):
         raise UsageError(
             "Nothing to measure: give --teacher (agreement) or an MLM head (--mlm-head, or a *ForMaskedLM model)."

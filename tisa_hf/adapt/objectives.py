@@ -11,7 +11,7 @@ reads unnormalised features; with `--train kernels` the LayerNorms are frozen, s
 
 `EmbeddingObjective` (`--objective embed`): the student's mean-pooled embedding of each block against the teacher's,
 1 - cosine per block, for embedding use beyond the teacher's table: a block the teacher reads whole has its
-embedding as the target; a longer one the teacher's chunk-average (`tisa_hf.embeddings.pooling`, the
+embedding as the target; a longer one the teacher's chunk-average (`tisa_hf.common.pooling`, the
 `chunk:MODEL` reading `tisa-hf longembed` compares), so the student learns to embed a long block as well as the
 best the teacher can do with it, from one forward over the whole block. Token-state distillation may be added
 with a weight, on the blocks the teacher reads whole (it has no token states for the others). So may a contrastive
@@ -31,12 +31,19 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import DataCollatorForLanguageModeling, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForMaskedLM,
+    DataCollatorForLanguageModeling,
+    PreTrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers.utils import ModelOutput
 
-from ..embeddings.pooling import chunk_average
+from ..common.pooling import chunk_average
+from ..common.text import special_tokens_mask
 from ..errors import UsageError
-from .text import special_tokens_mask
+from ..model_configs import plain_model_config
 
 DistillLoss = Literal["cosine", "mse"]
 DistillLayers = Literal["last", "all"]
@@ -247,3 +254,9 @@ class MaskedLMObjective(nn.Module):
         hidden_states = self.model.base_model(input_ids=input_ids).last_hidden_state
         sums, counts = masked_token_losses(hidden_states, self.head, labels)
         return ObjectiveOutput(loss=sums.sum() / counts.sum(), sums=sums, counts=counts)
+
+
+def check_mlm_head_module(config: PreTrainedConfig) -> None:
+    """A ValueError, before any weights load, if the architecture's MLM head is not one module."""
+    with torch.device("meta"):
+        mlm_head_of(AutoModelForMaskedLM.from_config(plain_model_config(config)))

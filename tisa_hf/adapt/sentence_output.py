@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..common.checkpoints import CheckpointFacts, reads_any_length
+from ..common.sentence_models import is_sentence_transformer
 from ..config import TisaConfig
-from ..embeddings.sentence_models import is_sentence_transformer
 from ..errors import UsageError
 from .arguments import AdaptArguments
-from .checkpoints import CheckpointFacts
 
 
 def sentence_output_limit(facts: CheckpointFacts, tisa: TisaConfig | None, adapt_args: AdaptArguments) -> int | None:
@@ -34,7 +34,7 @@ def sentence_output_limit(facts: CheckpointFacts, tisa: TisaConfig | None, adapt
         return None
     if requested is None:
         return max(adapt_args.lengths)
-    if (tisa is None or tisa.mode != "replace") and requested > facts.table_length:
+    if not reads_any_length(tisa) and requested > facts.table_length:
         raise UsageError(
             f"--embedding-max-length {requested} is longer than {facts.name}'s position table "
             f"({facts.table_length} positions), which TISA mode='add' keeps; ask for at most {facts.table_length}, "

@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from ..cli_options import analyze_parser, compare_parser
-from ..saved_files import check_output_folder
+from ..common.saved_files import check_output_folder
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
-from .loading import load_model, load_tokenizer
+from .encoder_loading import load_model, load_tokenizer
 from .pipeline import AnalysisOptions, analyze_model
 from .plots import save_figures
 from .probing import read_texts

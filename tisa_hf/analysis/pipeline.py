@@ -9,7 +9,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..environment import versions
+from ..common.machine import versions
 from ..errors import UsageError
 from .embeddings import (
     VARIANCE_LEVELS,
@@ -21,8 +21,8 @@ from .embeddings import (
     pca_cumulative_variance,
     position_table,
 )
+from .encoder_loading import model_facts
 from .indicators import LOCAL_OFFSETS
-from .loading import model_facts
 from .positional_attention import ProfileAnalysis, analyze_profiles
 from .probing import DEFAULT_TEXTS, ProbingResult, head_directions, probe_identical_words, trace_vectors
 from .scoring import ScoringComparison, compare_scoring_to_fitted_profiles

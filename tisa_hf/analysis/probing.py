@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..common.saved_files import read_text
 from ..errors import UsageError
-from ..saved_files import read_text
+from .encoder_loading import use_eager_attention
 from .indicators import (
     LOCAL_OFFSETS,
     average_in_group_variance,
@@ -20,7 +21,6 @@ from .indicators import (
     ordered_pair_ratio,
     symmetric_discrepancy,
 )
-from .loading import use_eager_attention
 
 DEFAULT_TEXTS = (
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch of his old house.",

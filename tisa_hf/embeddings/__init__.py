@@ -10,14 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the lazy exports below, for type checkers and the API reference
-    from .sentence_models import save_sentence_transformer as save_sentence_transformer
-    from .sentence_models import to_tisa_sentence_transformer as to_tisa_sentence_transformer
-    from .sentence_models import write_sentence_transformer as write_sentence_transformer
+    from ..common.sentence_models import save_sentence_transformer as save_sentence_transformer
+    from ..common.sentence_models import to_tisa_sentence_transformer as to_tisa_sentence_transformer
+    from ..common.sentence_models import write_sentence_transformer as write_sentence_transformer
 
 _EXPORTS = {
-    "to_tisa_sentence_transformer": "sentence_models",
-    "save_sentence_transformer": "sentence_models",
-    "write_sentence_transformer": "sentence_models",
+    "to_tisa_sentence_transformer": "tisa_hf.common.sentence_models",
+    "save_sentence_transformer": "tisa_hf.common.sentence_models",
+    "write_sentence_transformer": "tisa_hf.common.sentence_models",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -26,4 +26,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

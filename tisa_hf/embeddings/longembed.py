@@ -1,11 +1,11 @@
 """`tisa-hf longembed`: retrieval past the position table, on LongEmbed's synthetic tasks rebuilt offline.
 
-Per task (passkey, needle; `tasks.py`) and document length, every system (`systems.py`) scores the same
+Per task (passkey, needle; `longembed_data.py`) and document length, every system (`systems.py`) scores the same
 candidate documents against the same queries, and Acc@1 is the share of queries whose document scores highest
 (LongEmbed's nDCG@1 with one relevant document; a tie with another candidate counts as a miss; `ranking.py`).
 A model embeds the documents' token ids; BM25 reads their text (the token ids decoded, special tokens left out);
 a hybrid fuses the rankings of the two. With --paired REF, every other system's Acc@1 minus REF's with a 95%
-bootstrap interval over the queries (the same queries for both; `records.py`).
+bootstrap interval over the queries (the same queries for both; `common/paired.py`).
 
 Everything that can be wrong (settings, output folder, systems' configs and tokenizers, lengths against the
 tables, the text) is checked and the documents are built before any model loads. OUT/longembed.json is
@@ -32,15 +32,16 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from ..cli import entry
-from ..environment import machine, versions
+from ..common.machine import machine, versions
+from ..common.paired import paired_per_query
+from ..common.result_files import check_out_folder, resumable_record, save_array, scores_path, write_record
+from ..common.tables import markdown_table, paired_cell
 from ..errors import UsageError
-from ..markdown import markdown_table, paired_cell
-from .facts import NAMES
 from .lexical import bm25_scores
+from .longembed_data import RetrievalSet, build_task, text_haystack
+from .needles import NAMES
 from .options import longembed_parser
 from .ranking import answer_ranks, reciprocal_rank_fusion
-from .records import check_out_folder, paired_per_query, resumable_record, save_array, scores_path, write_record
 from .systems import (
     Embedder,
     HybridSpec,
@@ -53,7 +54,6 @@ from .systems import (
     parse_system,
     shared_tokenizer,
 )
-from .tasks import RetrievalSet, build_task, text_haystack
 
 logger = logging.getLogger(__name__)
 
@@ -338,4 +338,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(entry("longembed")())
+    sys.exit(main())

@@ -32,24 +32,16 @@ import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
-from ..cli import entry
-from ..environment import machine, versions
+from ..common.machine import machine, versions
+from ..common.paired import paired_per_query
+from ..common.result_files import check_out_folder, file_name, resumable_record, save_array, scores_path, write_record
+from ..common.tables import markdown_table, paired_cell
 from ..errors import UsageError
-from ..markdown import markdown_table, paired_cell
 from .lexical import bm25_scores
 from .longembed import ordered, system_facts
 from .options import qmsum_parser
 from .qmsum_data import Meetings, read_meetings
 from .ranking import MEASURE_LABELS, MEASURES, answer_ranks, per_query, reciprocal_rank_fusion
-from .records import (
-    check_out_folder,
-    file_name,
-    paired_per_query,
-    resumable_record,
-    save_array,
-    scores_path,
-    write_record,
-)
 from .systems import (
     Embedder,
     HybridSpec,
@@ -320,4 +312,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(entry("qmsum")())
+    sys.exit(main())

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from scipy import stats
 
-from ..adapt.paired_blocks import paired_interval
-from ..cli import entry
-from ..environment import machine, versions
+from ..common.machine import machine, versions
+from ..common.paired import paired_interval
+from ..common.result_files import check_out_folder, resumable_record, write_record
 from ..errors import UsageError
-from ..finetune.glue_data import get_task, read_glue_tsv
+from ..finetune.glue.data import get_task, read_glue_tsv
 from .options import sts_parser
 from .systems import Embedder, SystemSpec, check_system_names, shared_tokenizer
 
@@ -67,24 +67,17 @@ def pair_cosines(embedder: Embedder, first: list[list[int]], second: list[list[i
 def resumed_record(results: Path, settings: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
     """The record in `results` to add systems to, when it was scored on the same tokenized pairs; None to start
     over (no record yet, or --overwrite)."""
-    if not results.is_file() or overwrite:
-        return None
-    record = json.loads(results.read_text())
-    old = record.get("settings", {})
-    differ = [f"{key} {old.get(key)} -> {value}" for key, value in settings.items() if old.get(key) != value]
-    if differ or "cosines" not in record:
-        reason = f"results of other pairs ({'; '.join(differ)})" if differ else "no per-pair cosines to pair with"
-        raise UsageError(
-            f"{results} holds {reason}; choose another --out, or pass --overwrite to score every system again."
-        )
+    remedy = "choose another --out, or pass --overwrite to score every system again."
+    record = resumable_record(results, settings, overwrite, what="pairs", remedy=remedy)
+    if record is not None and "cosines" not in record:
+        raise UsageError(f"{results} holds no per-pair cosines to pair with; {remedy}")
     return record
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     results = out / RESULTS_FILE
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {args.out} is a file; give a folder.")
+    check_out_folder(args.out)
     check_system_names(args.systems, args.paired)
     first_texts, second_texts, gold = read_pairs(args.data)
     systems = [SystemSpec.parse(spec) for spec in args.systems]
@@ -122,21 +115,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "pearson": 100 * float(stats.pearsonr(cosines[spec.spec], gold).statistic),
             "wall_time_s": round(time.perf_counter() - started, 1),  # loading (and a TISA fit) included
         }
-        write_record(results, record)
+        write_record(record, results)
     for reference in args.paired:
         record["paired"][reference] = {
             name: paired_spearman(values, cosines[reference], gold, args.bootstrap, args.bootstrap_seed)
             for name, values in cosines.items()
             if name != reference
         }
-    write_record(results, record)
+    write_record(record, results)
     return record
-
-
-def write_record(results: Path, record: dict[str, Any]) -> None:
-    """sts.json, after every scored system (an interrupted run keeps what it finished)."""
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(record, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(entry("sts")())
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""The embedding systems `tisa-hf longembed` compares, as given on its command line, and how each embeds.
+"""The embedding systems `tisa-hf longembed` compares, as given on its command line (spelled as
+`common/spellings.py` reads them), and how each embeds.
 
 A system is a model (a folder, Hub id or `minilm`; a sentence-transformers folder brings its own pooling,
 otherwise mean pooling) read in one of these ways:
@@ -8,7 +9,7 @@ otherwise mean pooling) read in one of these ways:
   sentence-transformers truncates.
 - `chunk:MODEL`: chunk-and-average: the document's tokens cut into chunks of T - 2, each read as
   `[CLS] chunk [SEP]`; the mean of the normalised chunk embeddings, normalised again.
-- `interp:MODEL`: position interpolation (tisa_hf/adapt/interpolation.py) to the document's length (a query
+- `interp:MODEL`: position interpolation (tisa_hf/common/interpolation.py) to the document's length (a query
   within the table reads the original table).
 Queries are read the same way as documents.
 - `tisa:MODE:S:MODEL`: MODEL given TISA with S kernels in MODE, fitted to its positional profiles and not
@@ -32,20 +33,16 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ..adapt.checkpoints import CheckpointFacts
-from ..adapt.interpolation import INTERPOLATION_PREFIX, PositionInterpolation
+from ..common.checkpoints import CheckpointFacts, reads_any_length
+from ..common.interpolation import PositionInterpolation
+from ..common.pooling import chunk_average
+from ..common.sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
+from ..common.spellings import TISA_PREFIX, parse_spelling
 from ..config import TisaConfig
 from ..errors import UsageError
 from .lexical import BM25_NAME, bm25_tokenizer
-from .pooling import chunk_average
-from .sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
 
-TRUNCATION_PREFIX = "trunc:"
-CHUNKING_PREFIX = "chunk:"
-TISA_PREFIX = "tisa:"
 HYBRID_PREFIX = "hybrid:"
-# The prefixes that choose how a model reads a document, and the reading's name
-READINGS = {TRUNCATION_PREFIX: "trunc", CHUNKING_PREFIX: "chunk", INTERPOLATION_PREFIX: "interp"}
 
 
 @dataclass(frozen=True)
@@ -60,15 +57,8 @@ class SystemSpec:
 
     @classmethod
     def parse(cls, spec: str) -> SystemSpec:
-        reading, model, tisa = "full", spec, None
-        for prefix, name in READINGS.items():
-            if spec.startswith(prefix):
-                reading, model = name, spec.removeprefix(prefix)
-        if spec.startswith(TISA_PREFIX):
-            mode, kernels, model = (spec.removeprefix(TISA_PREFIX).split(":", 2) + ["", ""])[:3]
-            if mode not in ("add", "replace") or not kernels.isdigit() or not model:
-                raise UsageError(f"{spec}: write tisa:MODE:S:MODEL, MODE add or replace and S a whole number.")
-            tisa = TisaConfig(num_kernels=int(kernels), mode=mode)
+        spelling = parse_spelling(spec)
+        reading, model, tisa = spelling.reading, spelling.model, spelling.tisa
         try:
             facts = CheckpointFacts.read(model)
         except ValueError as error:
@@ -89,7 +79,7 @@ class SystemSpec:
         if self.reading != "full":
             return True
         tisa = self.effective_tisa
-        return (tisa is not None and tisa.mode == "replace") or length <= self.table_length
+        return reads_any_length(tisa) or length <= self.table_length
 
     def check_lengths(self, lengths: Iterable[int]) -> None:
         too_long = [length for length in lengths if not self.reads(length)]
@@ -199,7 +189,7 @@ class Embedder:
         self.batch_tokens = batch_tokens
         path = spec.facts.path
         if spec.tisa is not None:
-            limit = longest if spec.tisa.mode == "replace" else None
+            limit = longest if reads_any_length(spec.tisa) else None
             self.model = to_tisa_sentence_transformer(path, spec.tisa, max_seq_length=limit, device=str(device))
         else:
             self.model = SentenceTransformer(path, device=str(device))

@@ -25,7 +25,6 @@ from ..config import TisaConfig
 from ..errors import UsageError, usage_errors
 
 NESTED_SECTIONS = ("tisa",)
-GLUE_HUB_DATASET = "nyu-mll/glue"
 
 
 def require_at_least(option: str, value: float, minimum: float) -> None:
@@ -221,60 +220,6 @@ class TrainingArguments:
         if self.warmup_steps == 0:
             unresolved.add("warmup_steps")
         return unresolved
-
-
-@dataclass
-class GlueDataArguments:
-    task: str = field(default="rte", metadata={"help": "GLUE task: cola sst2 mrpc stsb qqp mnli qnli rte wnli."})
-    data_dir: str | None = field(
-        default=None, metadata={"help": "Folder of the original GLUE TSV files (the task folder or its parent)."}
-    )
-    train_file: str | None = field(default=None, metadata={"help": "Training CSV/JSON file with the Hub columns."})
-    validation_file: str | None = field(default=None, metadata={"help": "Dev CSV/JSON file with the Hub columns."})
-    dataset_name: str = field(default=GLUE_HUB_DATASET, metadata={"help": "Hub dataset used when no files are given."})
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per example after truncation."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N dev examples."})
-
-    def __post_init__(self) -> None:
-        require_at_least("--max-seq-length", self.max_seq_length, 1)
-
-
-@dataclass
-class SquadArguments:
-    """SQuAD data and decoding settings (defaults: the ALBERT paper's)."""
-
-    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0 (unanswerable questions)."})
-    train_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON (default: the Hub)."})
-    validation_file: str | None = field(default=None, metadata={"help": "Official-format SQuAD JSON for dev."})
-    max_seq_length: int = field(default=384, metadata={"help": "Tokens per feature (question + context window)."})
-    doc_stride: int = field(default=128, metadata={"help": "Tokens shared by consecutive windows of a context."})
-    n_best_size: int = field(default=20, metadata={"help": "Start and end candidates per feature."})
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
-    null_score_diff_threshold: float = field(
-        default=0.0, metadata={"help": "v2: answer '' when the null score beats the best span by more than this."}
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N train examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N dev examples."})
-
-    def __post_init__(self) -> None:
-        """The window sizes as such; `squad_data.check_windows` checks them against the tokenizer and questions."""
-        require_at_least("--max-seq-length", self.max_seq_length, 1)
-        require_at_least("--doc-stride", self.doc_stride, 0)
-        if self.doc_stride >= self.max_seq_length:
-            raise UsageError(
-                f"--doc-stride ({self.doc_stride}) must be smaller than --max-seq-length ({self.max_seq_length})."
-            )
-        require_at_least("--n-best-size", self.n_best_size, 1)
-        require_at_least("--max-answer-length", self.max_answer_length, 1)
-        if not math.isfinite(self.null_score_diff_threshold):
-            raise UsageError(f"--null-score-diff-threshold must be finite; got {self.null_score_diff_threshold}.")
-
-
-# The argument dataclasses of each command (parsed in this order). SquadArguments is the one source of SQuAD's
-# data settings (max_seq_length, train_file, ...): GlueDataArguments, with fields of the same names, is not part of it.
-GLUE_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, GlueDataArguments)
-SQUAD_ARGUMENTS = (ModelArguments, TisaArguments, TrainingArguments, SquadArguments)
 
 
 def flatten_config(values: dict[str, Any]) -> dict[str, Any]:

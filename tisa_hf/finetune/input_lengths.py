@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
+from ..common.checkpoints import check_sequence_length
+from ..common.hub_access import loading_errors, model_remedy
 from ..errors import UsageError
-from ..hub_access import loading_errors, model_remedy
 from .arguments import TisaArguments
 from .preflight import RunPlan
-from .sequence_length import check_sequence_length
 
 
 def special_token_count(tokenizer: PreTrainedTokenizerBase, segments: int) -> int:

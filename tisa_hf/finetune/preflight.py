@@ -10,9 +10,9 @@ from typing import Any
 
 from transformers import AutoConfig
 
+from ..common.hub_access import ModelSource, check_push_target, loading_errors, model_remedy, model_source
+from ..common.saved_files import check_checkpoint, check_output_folder
 from ..errors import UsageError
-from ..hub_access import ModelSource, check_push_target, loading_errors, model_remedy, model_source
-from ..saved_files import check_checkpoint, check_output_folder
 from .arguments import ModelArguments, TrainingArguments, default_config, resolved_config
 from .run_folder import RunFolder
 

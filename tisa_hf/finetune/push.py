@@ -1,6 +1,5 @@
 """`tisa-hf push` and `--push-to-hub`: a run folder's model card, and the upload of its model to the Hugging Face
-Hub. The card of a sentence-transformers folder that tisa-hf writes (`sentence_model_card`) is built here too, from
-the same sections.
+Hub. The card's sections are those of a sentence-transformers folder's card (`common/model_cards.py`).
 
 What can be checked without a network is checked before a run trains (`hub_access.check_push_target`); a failed
 upload says that the run is saved and how to retry it, in one line.
@@ -15,20 +14,30 @@ from typing import Any
 import torch
 import transformers
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, errors
-from huggingface_hub.utils import validate_repo_id
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from ..cli_options import push_parser
-from ..config import TisaConfig
+from ..common.checkpoints import reads_any_length
+from ..common.hub_access import LOADING_ERRORS, check_push_target, describe_error
+from ..common.model_cards import (
+    adaptation_section,
+    auto_class_name,
+    base_model_id,
+    card_table,
+    model_section,
+    sentence_section,
+    tisa_section,
+    title_section,
+    usage_section,
+    wall_time,
+)
+from ..common.saved_files import check_model_folder
+from ..common.sentence_models import sentence_reading_length
 from ..counting import PositionalParameterCount, count_positional_parameters
-from ..environment import describe_machine
 from ..errors import UsageError
-from ..hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..model_configs import plain_model_config
-from ..packaged import MINILM_HUB_ID, is_packaged_minilm
 from ..patching import tisa_config_of
-from ..saved_files import check_model_folder
 from .run_folder import DOCUMENTS_KEY, METRICS_FILE, RunFolder
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
@@ -91,7 +100,7 @@ def load_run_model(run_dir: Path) -> PreTrainedModel:
     """The saved model, by the architecture its config names (the base encoder if it names none)."""
     config = AutoConfig.from_pretrained(run_dir)
     architecture = (config.architectures or [""])[0]
-    return getattr(transformers, _auto_class_name(architecture)).from_pretrained(run_dir).eval()
+    return getattr(transformers, auto_class_name(architecture)).from_pretrained(run_dir).eval()
 
 
 def unpatched_positional_parameters(run_dir: Path) -> PositionalParameterCount:
@@ -130,26 +139,6 @@ def plot_scoring_functions(model: PreTrainedModel, path: Path, max_offset: int) 
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     return True
-
-
-def _hub_id(name: str) -> str | None:
-    """`name` if it is a Hub model id, else None."""
-    try:
-        validate_repo_id(name)
-    except errors.HFValidationError:
-        return None
-    return name
-
-
-def base_model_id(model: str) -> str | None:
-    """The Hub id a run's `--model` stands for: the packaged MiniLM's, a Hub id itself, or for a local folder the
-    `_name_or_path` of its config.json when that is a Hub id; None when there is none."""
-    if is_packaged_minilm(model):
-        return MINILM_HUB_ID
-    config_file = Path(model, "config.json")
-    if config_file.is_file():
-        return _hub_id(str(json.loads(config_file.read_text(encoding="utf-8")).get("_name_or_path", "")))
-    return None if Path(model).exists() else _hub_id(model)
 
 
 def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResult]]:
@@ -206,71 +195,6 @@ def document_eval_results(task: str, metrics: dict[str, dict[str, float]]) -> li
     ]
 
 
-TRAINED = {"kernels": "the TISA kernels only", "all": "the TISA kernels and all weights", "head": "an MLM head only"}
-
-
-def adaptation_section(record: dict[str, Any]) -> str:
-    """How `tisa-hf adapt` adapted the model (metrics.json's `adaptation`), with the held-out loss per length."""
-    adaptation = record["adaptation"]
-    if "distill_layers" in adaptation:
-        layers = "the last layer's" if adaptation["distill_layers"] == "last" else "every layer's"
-        distance = "1 - cosine" if adaptation["distill_loss"] == "cosine" else "the mean squared error"
-        tokens = f"{layers} hidden states matched to the teacher's by {distance} per token"
-    if adaptation["objective"] == "distill":
-        objective = f"Distilled from the unpatched `{adaptation['teacher']}`: {tokens}."
-    elif adaptation["objective"] == "embed":
-        table, weight = adaptation["teacher_table"], adaptation["embed_token_weight"]
-        added = f", plus {weight} times {tokens} (blocks of at most {table} tokens)" if weight else ""
-        if adaptation.get("embed_span_weight"):
-            added += (
-                f", plus {adaptation['embed_span_weight']} times span retrieval (one span of "
-                f"{adaptation['embed_span_tokens']} tokens from each block finds its block among the micro-batch's "
-                "by cosine, cross-entropy)"
-            )
-        objective = (
-            f"Distilled from the unpatched `{adaptation['teacher']}`: the mean-pooled embedding of each block "
-            f"matched to the teacher's by 1 - cosine (beyond {table} tokens, the mean of the teacher's embeddings "
-            f"of {table}-token chunks){added}."
-        )
-    else:
-        objective = f"Masked-LM training, {adaptation['mlm_probability']:.0%} of the tokens masked."
-    articles = adaptation["articles"]
-    held_out = record["metrics"].get("held_out_loss", {})
-    rows = [
-        [stage["length"], stage["steps"], stage["blocks"], f"{held_out[str(stage['length'])]:.4f}" if held_out else "-"]
-        for stage in adaptation["curriculum"]
-    ]
-    return (
-        f"## Adaptation\n\n{objective} Trained: {TRAINED[adaptation['train']]}, on `{adaptation['text']}` "
-        f"({articles['train']} articles; {articles['held_out']} held out), {adaptation['batch_size']} blocks of "
-        f"packed text per step, block lengths short to long (seed {record['seed']}, wall time "
-        f"{_wall_time(record)}).\n\n" + _table(["block length", "steps", "training blocks", "held-out loss"], rows)
-    )
-
-
-def _wall_time(record: dict[str, Any]) -> str:
-    """The run's wall time over all its processes, and the machine where the record names it; unknown for a run
-    resumed from a checkpoint written before checkpoints recorded it."""
-    seconds = record["wall_time_s"]
-    text = "unknown" if seconds is None else f"{float(seconds):.0f} s"
-    return f"{text} {describe_machine(record['machine'])}" if record.get("machine") else text
-
-
-def _auto_class_name(architecture: str) -> str:
-    """`TisaBertForSequenceClassification` -> `AutoModelForSequenceClassification`; a base model -> `AutoModel`."""
-    head = architecture.partition("For")[2]
-    return f"AutoModelFor{head}" if head else "AutoModel"
-
-
-def _loading_class(model: PreTrainedModel) -> str:
-    return _auto_class_name(type(model).__name__)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
-
-
 def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCard:
     """The card of a run directory (saved model and tokenizer plus `metrics.json`); writes the kernel plot there.
 
@@ -304,8 +228,8 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     counts = count_positional_parameters(model)
     unpatched = unpatched_positional_parameters(run_dir)
     purpose = "adapted to" if adaptation else f"fine-tuned on {task} with"
-    sections = [_title_section(name, f"`{base_model}` {purpose}"), _model_section(model, base_model)]
-    sections.append(_tisa_section(tisa, "None: this run is the unpatched baseline."))
+    sections = [title_section(name, f"`{base_model}` {purpose}"), model_section(model, base_model)]
+    sections.append(tisa_section(tisa, "None: this run is the unpatched baseline."))
     count_rows = [
         ["this model", counts.tisa, counts.position_embeddings, counts.total],
         ["unpatched base model", unpatched.tisa, unpatched.position_embeddings, unpatched.total],
@@ -313,12 +237,12 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
     count_note = (
         "\n\nIn `replace` mode the position table is kept on disk but only its mean reaches the model, so it "
         "counts as one vector."
-        if tisa is not None and tisa.mode == "replace"
+        if reads_any_length(tisa)
         else ""
     )
     sections.append(
         "## Positional parameters\n\n"
-        + _table(["", "TISA kernels", "position embeddings", "total"], count_rows)
+        + card_table(["", "TISA kernels", "position embeddings", "total"], count_rows)
         + count_note
     )
     max_offset = (tisa.fit_window if tisa else None) or 64
@@ -334,128 +258,23 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
         sections.append(
             f"## Evaluation\n\nTask: {task}, classes {', '.join(documents['labels'])} (F1 of {documents['positive']}); "
             f"data: {documents['data']} (seed {record['seed']}, wall time of training and evaluation "
-            f"{_wall_time(record)}).\n\n" + _table(["split", "metric", "value"], metric_rows)
+            f"{wall_time(record)}).\n\n" + card_table(["split", "metric", "value"], metric_rows)
         )
     else:
         metric_rows = [[result.dataset_split, result.metric_type, f"{result.metric_value:.4f}"] for result in results]
         sections.append(
             f"## Evaluation\n\nTask: {task}, dev set (seed {record['seed']}, wall time of training and evaluation "
-            f"{_wall_time(record)}).\n\n" + _table(["split", "metric", "value"], metric_rows)
+            f"{wall_time(record)}).\n\n" + card_table(["split", "metric", "value"], metric_rows)
         )
     limit = sentence_reading_length(run_dir)
     if limit is not None:
-        sections.append(_sentence_section(limit, tisa))
-    sections.append(_usage_section(model, name, sentence_model=limit is not None))
+        sections.append(sentence_section(limit, tisa))
+    sections.append(usage_section(model, name, sentence_model=limit is not None))
     sections.append(
         "## Training configuration\n\n```json\n"
         + json.dumps({"config": run_config, "versions": record["versions"]}, indent=2, sort_keys=True)
         + "\n```"
     )
-    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
-
-
-TISA_DESCRIPTION = (
-    "translation-invariant self-attention (TISA, Wennberg & Henter 2021): each head of each layer adds `f(j - i)` "
-    "to its attention logits, with `f(k) = sum_s a_s exp(-|b_s| (k - c_s)^2)`."
-)
-
-
-def _title_section(name: str, what: str) -> str:
-    return f"# {name}\n\n{what} {TISA_DESCRIPTION}"
-
-
-def _model_section(model: PreTrainedModel, base_model: str) -> str:
-    return (
-        f"## Model\n\n- Base model: `{base_model}`\n- Architecture: `{type(model).__name__}` "
-        f"({model.config.num_hidden_layers} layers, {model.config.num_attention_heads} heads)"
-    )
-
-
-def _tisa_section(tisa: TisaConfig | None, without: str) -> str:
-    if tisa is None:
-        return f"## TISA settings\n\n{without}"
-    settings = _table(["setting", "value"], [[key, f"`{value}`"] for key, value in tisa.to_dict().items()])
-    return f"## TISA settings\n\n{settings}"
-
-
-def _sentence_section(limit: int, tisa: TisaConfig | None) -> str:
-    """How many tokens the sentence-transformers model reads, and what changes it."""
-    if tisa is not None and tisa.mode == "replace":
-        beyond = "TISA mode `replace` reads inputs of any length: set `model.max_seq_length` to read more."
-    else:
-        beyond = "The model keeps its position embeddings, so it reads at most its position table's length."
-    return (
-        "## Sentence embeddings\n\nThis folder is a sentence-transformers model. It reads the first "
-        f"**{limit} tokens** of each input (`max_seq_length` in `sentence_bert_config.json`) and cuts the rest. "
-        f"{beyond}"
-    )
-
-
-def _usage_section(model: PreTrainedModel, name: str, sentence_model: bool) -> str:
-    """How to load the folder: `import tisa_hf` first, which registers the model type; without it transformers
-    does not know the type and answers with its 'update Transformers' message."""
-    model_type = model.config.model_type
-    why = (
-        "## Usage\n\nImport `tisa_hf` first (`pip install tisa-hf`): it registers this checkpoint's model type "
-        f"(`{model_type}`) with transformers' Auto classes. Without it, transformers does not recognise "
-        f"`{model_type}` and suggests updating Transformers; importing `tisa_hf` is the fix.\n\n"
-    )
-    if sentence_model:
-        return why + (
-            "```python\nimport tisa_hf  # noqa: F401\nfrom sentence_transformers import SentenceTransformer\n\n"
-            f'model = SentenceTransformer("{name}")\nembeddings = model.encode(["A first text.", "A second one."])'
-            "\n```"
-        )
-    return why + (
-        f"```python\nimport tisa_hf  # noqa: F401\nfrom transformers import AutoTokenizer, "
-        f'{_loading_class(model)}\n\ntokenizer = AutoTokenizer.from_pretrained("{name}")\n'
-        f'model = {_loading_class(model)}.from_pretrained("{name}")\n```'
-    )
-
-
-def sentence_reading_length(folder: Path) -> int | None:
-    """The `max_seq_length` of the sentence-transformers model in `folder`; None where it holds none."""
-    from ..embeddings.sentence_models import MODULES_FILE, TRANSFORMER_CONFIG_FILE
-
-    settings = folder / TRANSFORMER_CONFIG_FILE
-    if not (folder / MODULES_FILE).is_file() or not settings.is_file():
-        return None
-    return json.loads(settings.read_text(encoding="utf-8")).get("max_seq_length")
-
-
-def sentence_model_card(
-    model: PreTrainedModel, folder: Path, base: str | None, limit: int, record: dict[str, Any] | None = None
-) -> ModelCard:
-    """The card of a sentence-transformers folder tisa-hf writes around `model` (its encoder): the base it was made
-    from, the TISA settings, how many tokens it reads, how `tisa-hf adapt` made it (`record`, the run's
-    metrics.json record, where there is one) and how to load it."""
-    from .recipe import adaptation_of  # the recipe uploads with this module
-
-    tisa, adapted, marked = tisa_config_of(model), (record or {}).get("adaptation"), adaptation_of(model)
-    base = base or (marked or {}).get("from") or model.config.name_or_path
-    base_id = base_model_id(base) if base else None
-    base_name = base_id or base or "an encoder"
-    if adapted or marked:
-        how = (
-            "adapted by `tisa-hf adapt` to"
-            if adapted
-            else (f"adapted by `tisa-hf adapt` (objective `{marked['objective']}`, trained: {marked['train']}) to")
-        )
-    else:
-        how = f"converted (kernels started by `{tisa.init}`, not trained since) to" if tisa else "without"
-    card_data = ModelCardData(
-        model_name=str(folder),
-        base_model=base_id,
-        library_name="sentence-transformers",
-        pipeline_tag="sentence-similarity",
-        tags=["tisa", "tisa-hf", "translation-invariant-self-attention", "sentence-transformers"],
-    )
-    sections = [_title_section(str(folder), f"`{base_name}` {how}"), _model_section(model, base_name)]
-    sections.append(_tisa_section(tisa, "None: the encoder has no TISA."))
-    sections.append(_sentence_section(limit, tisa))
-    if adapted:
-        sections.append(adaptation_section(record))
-    sections.append(_usage_section(model, str(folder), sentence_model=True))
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 

@@ -23,9 +23,11 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedModel
 
-from ..environment import machine, versions
+from ..common.head_loading import load_under_head
+from ..common.hub_access import loading_errors, model_remedy
+from ..common.machine import machine, versions
+from ..common.model_cards import adaptation_of
 from ..errors import UsageError, usage_errors
-from ..hub_access import loading_errors, model_remedy
 from ..patching import tisa_config_of
 from .arguments import (
     TisaArguments,
@@ -33,7 +35,6 @@ from .arguments import (
     parse_arguments,
     resolved_config,
 )
-from .loading import load_under_head
 from .preflight import RunPlan
 from .push import UploadError, push_run
 from .run_folder import RunFolder
@@ -130,23 +131,6 @@ def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]
             key: value if isinstance(value, (bool, int, float, str)) else str(value) for key, value in config.items()
         },
     )
-
-
-# The config.json key of an adapted checkpoint's provenance: in the config, it travels with the weights (to the
-# Hub and into every model fine-tuned from them), where a side file would be left behind.
-ADAPTED_CONFIG_KEY = "tisa_adapted"
-
-
-def mark_adapted(model: PreTrainedModel, source: str, objective: str, train: str) -> None:
-    """Records in `model`'s config that `tisa-hf adapt` made it from `source` with `objective`, training `train`."""
-    setattr(model.config, ADAPTED_CONFIG_KEY, {"from": source, "objective": objective, "train": train})
-
-
-def adaptation_of(model: PreTrainedModel) -> dict[str, Any] | None:
-    """How `tisa-hf adapt` made `model` (the model it started from, objective and what it trained), or None.
-    Runs fine-tuned from it record this, so that a report compares them with runs of the model they started
-    from."""
-    return getattr(model.config, ADAPTED_CONFIG_KEY, None)
 
 
 def run_record(

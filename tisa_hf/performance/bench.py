@@ -1,0 +1,317 @@
+"""`tisa-hf bench`: speed and peak memory of TISA against plain attention, measured side by side in one run.
+
+Sections (all by default):
+- `bias`: building one layer's (H, n, n) bias, against a per-head loop with a SciPy Toeplitz index per call
+  (the way the TISA reference code builds it);
+- `train`: one training step (forward, backward, AdamW) of a BERT-base-shaped classifier, with and without TISA
+  mode="add", for each attention implementation and shape;
+- `infer`: the same models in eval mode under `torch.no_grad`;
+- `replace`: TISA mode="replace" inference beyond the 512-position table, against the unpatched model with its
+  position table enlarged to the same length.
+
+`--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
+
+Times are medians over `--repeats` runs after `--warmup` runs, with the compared variants interleaved. Peak
+memory is measured per configuration in a fresh subprocess running two steps: on CUDA
+`torch.cuda.max_memory_allocated` (weights, optimizer state and activations); on CPU the peak resident set
+size of the steps (Linux VmHWM, reset after building the model, with glibc returning freed blocks to the OS),
+which includes the Python and library baseline and the weights; `baseline_mib` is the resident set before the
+first step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import gc
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import torch
+
+from ..cli_options import bench_parser
+from ..common.machine import checked_device, machine
+from ..common.saved_files import check_output_folder
+from ..errors import UsageError
+from ..kernels import TisaPositionBias, kernel_values
+from .cases import (
+    TISA_KERNELS,
+    ModelCase,
+    build_model,
+    reference_positions,
+    step_function,
+    synchronize,
+)
+
+# --- bias build -------------------------------------------------------------------------------------------------
+
+
+def per_head_loop_bias(amplitude: torch.Tensor, sharpness: torch.Tensor, center: torch.Tensor, length: int):
+    """One layer's (1, H, n, n) bias built as the TISA reference code does: a Python loop over heads, each
+    evaluating f on all 2n-1 offsets and gathering them through a SciPy Toeplitz index built on every call."""
+    device = amplitude.device
+    index = scipy.linalg.toeplitz(np.arange(length - 1, -1, -1), np.arange(length - 1, 2 * length - 1))
+    index = torch.from_numpy(index).to(device)
+    offsets = torch.arange(1 - length, length, device=device, dtype=amplitude.dtype)
+    heads = []
+    for head in range(amplitude.shape[0]):
+        values = kernel_values(amplitude[head], sharpness[head], center[head], offsets)
+        heads.append(values[index])
+    return torch.stack(heads).unsqueeze(0)
+
+
+def bench_bias(device: torch.device, lengths: list[int], heads: int, warmup: int, repeats: int) -> list[dict]:
+    module = TisaPositionBias(1, heads, TISA_KERNELS).to(device)
+    module.reset_random(window=512, generator=torch.Generator().manual_seed(0))
+    params = (module.amplitude[0].detach(), module.sharpness[0].detach(), module.center[0].detach())
+    rows = []
+    for length in lengths:
+        variants = {
+            "loop": lambda length=length: per_head_loop_bias(*params, length),
+            # with gradients on, the module builds (never caches), so this times the build itself
+            "tisa": lambda length=length: module(0, length, torch.float32),
+            # the floor: allocating and filling a tensor of the same size
+            "fill": lambda length=length: torch.empty(1, heads, length, length, device=device).fill_(1.0),
+        }
+        times = time_interleaved(variants, device, warmup, repeats)
+        rows.append({"length": length, "heads": heads, **times, "speedup": times["loop"] / times["tisa"]})
+    return rows
+
+
+# --- timing and memory ------------------------------------------------------------------------------------------
+
+
+def time_interleaved(
+    variants: dict[str, Callable[[], object]], device: torch.device, warmup: int, repeats: int
+) -> dict[str, float]:
+    """Median milliseconds of each variant; each round runs all of them, in alternating order."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for round_index in range(warmup + repeats):
+        for name in names if round_index % 2 == 0 else reversed(names):
+            synchronize(device)
+            start = time.perf_counter()
+            variants[name]()
+            synchronize(device)
+            if round_index >= warmup:
+                samples[name].append(1000 * (time.perf_counter() - start))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def peak_memory_of(case: ModelCase) -> dict[str, float]:
+    """Runs `case` for two steps in a fresh subprocess and returns its peak memory in MiB."""
+    spec = json.dumps(case.__dict__)
+    command = [sys.executable, "-m", "tisa_hf.cli", "bench", "--memory-worker", spec]
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    # a fixed mmap threshold makes glibc hand every large freed block back, so the resident set tracks live memory
+    environment = {**os.environ, "PYTHONPATH": python_path, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=environment)
+    if result.returncode != 0:
+        if ran_out_of_memory(result.returncode, result.stderr):
+            raise UsageError(
+                f"{case.label()} ran out of memory in its peak-memory run (the rows before it are in --output); "
+                "leave out the lengths that do not fit, or skip memory with --no-memory."
+            )
+        raise RuntimeError(f"Memory measurement of {case.label()} failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ran_out_of_memory(returncode: int, stderr: str) -> bool:
+    """Whether a memory worker died of memory: killed by the kernel's OOM killer (SIGKILL), or PyTorch's
+    allocation error ("CUDA out of memory", "DefaultCPUAllocator: not enough memory"). Any other failure is a
+    bug and keeps its traceback."""
+    return returncode == -signal.SIGKILL or "out of memory" in stderr or "not enough memory" in stderr
+
+
+def resident_mib(field: str) -> float:
+    """VmRSS (current) or VmHWM (peak since the last reset) of this process, from /proc."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_resident_set() -> None:
+    """Returns freed heap memory to the OS and restarts VmHWM from the current resident set (Linux >= 4.0)."""
+    gc.collect()
+    ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def start_peak_memory(device: torch.device) -> float:
+    """Starts a peak-memory measurement on `device` and returns the MiB in use now: CUDA's allocator statistics, or
+    on the CPU the process's resident set (whose high-water mark is reset)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device) / 2**20
+    reset_peak_resident_set()
+    return resident_mib("VmRSS")
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """The peak MiB since `start_peak_memory`."""
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else resident_mib("VmHWM")
+
+
+def memory_worker(spec: str) -> int:
+    """Peak memory of two steps of one case: CUDA allocator peak, or on CPU the peak resident set of the steps."""
+    case = ModelCase(**json.loads(spec))
+    device = torch.device(case.device)
+    model = build_model(case, reference_positions(case))
+    step = step_function(case, model)
+    baseline = start_peak_memory(device)
+    for _ in range(2):
+        step()
+    synchronize(device)
+    peak = peak_memory_mib(device)
+    print(json.dumps({"peak_mib": peak, "baseline_mib": baseline}))
+    return 0
+
+
+def bench_models(
+    cases: list[tuple[ModelCase, ModelCase]],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    memory: bool,
+    rows: list[dict],
+    save: Callable[[], None],
+) -> None:
+    """Times each (without, with TISA) pair side by side, then measures each one's peak memory; appends a row to
+    `rows` and calls `save` after each pair."""
+    for plain_case, tisa_case in cases:
+        print(f"  {plain_case.label()} ...", file=sys.stderr, flush=True)
+        plain = build_model(plain_case, reference_positions(plain_case))
+        tisa = build_model(tisa_case)
+        variants = {"plain": step_function(plain_case, plain), "tisa": step_function(tisa_case, tisa)}
+        times = time_interleaved(variants, device, warmup, repeats)
+        del plain, tisa, variants
+        row = {**{k: v for k, v in plain_case.__dict__.items() if k != "tisa"}, **times}
+        row["time_ratio"] = times["tisa"] / times["plain"]
+        if memory:
+            plain_memory, tisa_memory = peak_memory_of(plain_case), peak_memory_of(tisa_case)
+            row["plain_peak_mib"], row["tisa_peak_mib"] = plain_memory["peak_mib"], tisa_memory["peak_mib"]
+            row["baseline_mib"] = plain_memory["baseline_mib"]
+            row["memory_ratio"] = tisa_memory["peak_mib"] / plain_memory["peak_mib"]
+        rows.append(row)
+        save()
+
+
+def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tuple[ModelCase, ModelCase]]:
+    if section == "replace":
+        shapes = [(1, length) for length in args.replace_lengths]
+        implementations = ["sdpa"]
+    else:
+        shapes = [(8, 128), (2, 512)]
+        implementations = args.implementations
+    dropout = args.attention_dropout if section == "train" else 0.0
+    return [
+        tuple(
+            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout)
+            for tisa in (False, True)
+        )
+        for implementation in implementations
+        for batch, length in shapes
+    ]
+
+
+# --- report -----------------------------------------------------------------------------------------------------
+
+
+def format_table(results: dict) -> str:
+    lines = []
+    if results.get("bias"):
+        lines += [
+            "bias build, one layer (ms; fill = allocating and filling a tensor of that size)",
+            f"{'n':>6} {'loop':>10} {'tisa':>10} {'fill':>10} {'speedup':>9}",
+        ]
+        lines += [
+            f"{row['length']:>6} {row['loop']:>10.2f} {row['tisa']:>10.3f} {row['fill']:>10.3f} {row['speedup']:>8.1f}x"
+            for row in results["bias"]
+        ]
+    model_rows = [row for section in ("train", "infer", "replace") for row in results.get(section, [])]
+    if model_rows:
+        header = f"{'section':<8} {'attn':<6} {'shape':>8} {'dtype':<9} {'plain ms':>9} {'tisa ms':>9} {'ratio':>6}"
+        header += f" {'plain MiB':>10} {'tisa MiB':>9} {'ratio':>6}"
+        lines += ["", header]
+        for row in model_rows:
+            line = f"{row['section']:<8} {row['implementation']:<6} {row['batch']:>3}x{row['length']:<4} "
+            line += f"{row['dtype']:<9} {row['plain']:>9.1f} {row['tisa']:>9.1f} {row['time_ratio']:>6.3f}"
+            if "memory_ratio" in row:
+                line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def machine_description(device: torch.device) -> dict[str, Any]:
+    """The machine as runs record it (`environment.machine`), with the platform and torch's version."""
+    return {"platform": platform.platform(), "torch": torch.__version__, **machine(device)}
+
+
+def check_output(path: str) -> None:
+    """--output can be written, before minutes of timing (its folder is created when missing)."""
+    output = Path(path)
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a folder; give a file path such as bench.json.")
+    check_output_folder(output.parent, f"--output {output}: its folder")
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options, checked: the device can be used and the output written."""
+    args = bench_parser().parse_args(argv)
+    args.device = str(checked_device(args.device))
+    if not args.memory_worker:
+        check_output(args.output)
+    if args.dtypes is None:
+        args.dtypes = ["float32", "bfloat16"] if torch.device(args.device).type == "cuda" else ["float32"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.memory_worker:
+        return memory_worker(args.memory_worker)
+    device = torch.device(args.device)
+    results: dict = {"machine": machine_description(device), "settings": {k: v for k, v in vars(args).items()}}
+
+    def save() -> None:
+        with open(args.output, "w") as handle:
+            json.dump(results, handle, indent=2)
+
+    if args.profile:
+        from .step_profile import run_profile  # it builds on this module's models and steps
+
+        results["profile"] = run_profile(args)
+        save()
+        print(f"\nwrote {args.output}", file=sys.stderr)
+        return 0
+
+    if "bias" in args.sections:
+        print("bias build ...", file=sys.stderr, flush=True)
+        results["bias"] = bench_bias(device, args.bias_lengths, 12, args.warmup, max(args.repeats, 5))
+        save()
+    for section in ("train", "infer", "replace"):
+        if section in args.sections:
+            print(f"{section} ...", file=sys.stderr, flush=True)
+            cases = [pair for dtype in args.dtypes for pair in model_cases(args, section, dtype)]
+            results[section] = []
+            bench_models(cases, device, args.warmup, args.repeats, not args.no_memory, results[section], save)
+    print(format_table(results))
+    print(f"\nwrote {args.output}", file=sys.stderr)
+    return 0

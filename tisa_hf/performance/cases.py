@@ -1,0 +1,108 @@
+"""The models `tisa-hf bench` and its `--profile` measure, and the step each runs: a BERT-base shape, plain or with
+TISA, for a training or an inference step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+from ..config import TisaConfig
+from ..modeling import patch
+
+TISA_KERNELS = 5
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """One model configuration whose time and memory the benchmark measures."""
+
+    section: str  # "train", "infer" or "replace"
+    implementation: str
+    batch: int
+    length: int
+    tisa: bool
+    dtype: str
+    device: str
+    dropout: float
+
+    def label(self) -> str:
+        return f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
+
+
+def bert_base_config(implementation: str, dropout: float, max_positions: int = 512) -> BertConfig:
+    config = BertConfig(
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        hidden_size=768,
+        intermediate_size=3072,
+        max_position_embeddings=max_positions,
+        attention_probs_dropout_prob=dropout,
+        num_labels=2,
+    )
+    config._attn_implementation = implementation
+    return config
+
+
+def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.Module:
+    """The model of a case, with weights fixed by the seed (so variants of one case share them)."""
+    torch.manual_seed(0)
+    if case.section == "replace":
+        model = BertModel(bert_base_config(case.implementation, case.dropout, max_positions or 512))
+        if case.tisa:
+            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="replace", init="random"))
+    else:
+        model = BertForSequenceClassification(bert_base_config(case.implementation, case.dropout))
+        if case.tisa:
+            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="add", init="random"))
+    model.to(case.device)
+    model.train(case.section == "train")
+    return model
+
+
+def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    batch = {
+        "input_ids": torch.randint(1000, 20000, (case.batch, case.length), generator=generator),
+        "attention_mask": torch.ones(case.batch, case.length, dtype=torch.long),
+    }
+    if case.section == "train":
+        batch["labels"] = torch.randint(0, 2, (case.batch,), generator=generator)
+    return {name: tensor.to(case.device) for name, tensor in batch.items()}
+
+
+def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]:
+    """One training step (forward, backward, AdamW) or one no-grad forward, under autocast for bf16 and fp16 (no
+    loss scaling: the step's cost is what is measured)."""
+    batch = make_batch(case)
+    device_type = torch.device(case.device).type
+    autocast = torch.autocast(device_type, dtype=getattr(torch, case.dtype), enabled=case.dtype != "float32")
+    if case.section == "train":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def train_step() -> None:
+            with autocast:
+                loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return train_step
+
+    def inference_step() -> None:
+        with torch.no_grad(), autocast:
+            model(**batch)
+
+    return inference_step
+
+
+def reference_positions(case: ModelCase) -> int | None:
+    """The reference model of `replace` has its position table enlarged to the input length."""
+    return case.length if case.section == "replace" and not case.tisa else None
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

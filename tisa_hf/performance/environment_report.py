@@ -1,0 +1,174 @@
+"""`tisa-hf env`: this machine, and the attention route each TISA configuration takes on it.
+
+The routes come from the functions the attention code decides with (`attention.sdpa_route`,
+`attention.flex_refusal`, and PyTorch's own SDPA backend choice, `attention.sdpa_backend`), called on stand-in
+tensors of the configuration's shapes, dtypes and grad mode: the report cannot drift from what a model does. A CUDA
+training call is also described from PyTorch's rules (`cuda_training_routes`), so that a CPU can say it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .. import attention
+from ..attention import SdpaRoute
+from ..common.machine import machine
+from ..fitting import thread_share
+from ..kernels import TisaPositionBias
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Training (gradients, and the attention dropout it runs with) or inference."""
+
+    name: str
+    training: bool
+    dropout: float = 0.0
+
+
+PHASES = (Phase("train", True, 0.1), Phase("train, dropout 0", True), Phase("inference", False))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model whose attention is routed: layers and heads (the eval-mode bias cache holds all layers) and the
+    head size."""
+
+    layers: int = 12
+    heads: int = 12
+    head_dim: int = 64
+
+
+def precisions(device: torch.device) -> list[torch.dtype | None]:
+    """float32 (None: no autocast), bfloat16 autocast, and float16 autocast on CUDA."""
+    return [None, torch.bfloat16] + ([torch.float16] if device.type == "cuda" else [])
+
+
+def _grad_mode(training: bool):
+    return torch.enable_grad() if training else torch.no_grad()
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def route(
+    implementation: str, phase: Phase, length: int, shape: Shape, device: torch.device, autocast: torch.dtype | None
+) -> str:
+    """The route of one TISA attention call: "sdpa: trainable-bias SDPA (flash)", "flex: refused (...)", ..."""
+    kernels = TisaPositionBias(shape.layers, shape.heads, 1).to(device)
+    # A query as transformers hands it over: in autocast's dtype where autocast is on (the projections ran under it).
+    query = torch.empty(1, shape.heads, length, shape.head_dim, dtype=autocast or torch.float32, device=device)
+    with _grad_mode(phase.training), _autocast(device, autocast):
+        if implementation == "eager":
+            return "eager attention, stored bias"
+        if implementation == "flex_attention":
+            refusal = attention.flex_refusal(kernels, query, phase.dropout)
+            return "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod"
+        chosen = attention.sdpa_route(kernels, query, query, phase.dropout, {})
+        dtype = attention.bias_dtype(query)
+        rows = length
+        if chosen is SdpaRoute.BLOCKWISE:
+            row_bytes = shape.heads * length * dtype.itemsize
+            rows = max(1, min(length, attention.BLOCK_BIAS_BYTES // row_bytes))
+        # One row, expanded: a stand-in of the stored bias's shape without its size. Its last dimension keeps stride
+        # 1, as the real bias's does: PyTorch's fused kernels require that of a mask and otherwise fall back to math.
+        mask = torch.zeros(1, 1, 1, length, dtype=dtype, device=device, requires_grad=kernels.needs_grad())
+        mask = mask.expand(1, shape.heads, rows, length)
+        if chosen is SdpaRoute.TRAINABLE_BIAS:
+            backend = attention.sdpa_backend(query, query, mask.detach(), 0.0) + " forward"
+        else:
+            backend = attention.sdpa_backend(query[:, :, :rows], query, mask, phase.dropout)
+        return f"{chosen.value} ({backend})"
+
+
+# On CUDA GPUs of compute capability 8 and above, PyTorch's memory-efficient SDPA kernel needs the head size to be a
+# multiple of 128 bits' worth of elements (sdp_utils.cpp, `minimum_gemm_alignment`); otherwise SDPA falls back to math.
+EFFICIENT_ALIGNMENT_BITS = 128
+
+
+def cuda_training_routes(head_dim: int, dtype: torch.dtype, dropout: float) -> dict[str, str]:
+    """The route a CUDA training call of TISA takes on each attention implementation, and why, from PyTorch's rules
+    (`tisa_sdpa` always stores the bias in training: its blockwise route is for inference, its trainable-bias
+    route for the CPU), so a machine without a GPU can say it."""
+    alignment = EFFICIENT_ALIGNMENT_BITS // (8 * dtype.itemsize)
+    if head_dim % alignment:
+        backend = (
+            f"math: the memory-efficient kernel needs heads of a multiple of {alignment} {str(dtype)[6:]} values, "
+            f"these have {head_dim}"
+        )
+    else:
+        backend = (
+            "memory-efficient, which returns the bias gradient"
+            + (" and has dropout" if dropout else "")
+            + "; the flash kernel takes no bias"
+        )
+    refusal = attention.flex_refusal_for("cuda", head_dim, dropout, trains_kernels=True)
+    flex = "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod (no (H, n, n) bias)"
+    return {"sdpa": f"{SdpaRoute.STORED_BIAS.value} ({backend})", "flex_attention": flex}
+
+
+def route_table(
+    device: torch.device, lengths: list[int], shape: Shape = Shape()
+) -> list[tuple[str, str, str, list[str]]]:
+    """(attention, precision, phase, route per length) for every configuration on `device`."""
+    rows = []
+    for implementation in ("sdpa", "eager", "flex_attention"):
+        for autocast in precisions(device):
+            precision = f"{autocast} autocast".replace("torch.", "") if autocast else "float32"
+            for phase in PHASES:
+                routes = [route(implementation, phase, length, shape, device, autocast) for length in lengths]
+                rows.append((implementation, precision, phase.name, routes))
+    return rows
+
+
+def describe_environment(device: torch.device) -> list[str]:
+    """The machine in lines: torch, the device, CUDA and bf16, and the CPU threads (with a kernel fit's share)."""
+    record = machine(device)
+    cuda = torch.cuda.is_available()
+    lines = [
+        f"torch {torch.__version__} (CUDA {torch.version.cuda or 'not built'}), device {device}",
+        f"CPU: {record['processor']}, {os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable by this process, "
+        f"vector capability {torch.backends.cpu.get_cpu_capability()}",
+        f"torch threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op; a kernel "
+        f"fit uses at most {thread_share()} (LOCAL_WORLD_SIZE={os.environ.get('LOCAL_WORLD_SIZE', 'unset')})",
+    ]
+    if cuda:
+        gpus = ", ".join(torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count()))
+        lines.append(f"CUDA: {gpus}; bf16 {'supported' if torch.cuda.is_bf16_supported() else 'not supported'}")
+    else:
+        lines.append("CUDA: not available")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..cli_options import env_parser
+
+    args = env_parser().parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    shape = Shape(args.layers, args.heads, args.head_dim)
+    print("\n".join(describe_environment(device)))
+    print(
+        f"\nroute of a TISA attention call by input length, for {shape.layers} layers x {shape.heads} heads of "
+        f"{shape.head_dim} (PyTorch's SDPA backend in brackets):"
+    )
+    for implementation, precision, phase, routes in route_table(device, args.lengths, shape):
+        print(f"  {implementation}, {precision}, {phase}: {grouped(args.lengths, routes)}")
+    print(f"\nroute of a CUDA training call at any length, by PyTorch's rules (heads of {shape.head_dim}):")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for dropout in (0.1, 0.0):
+            for implementation, chosen in cuda_training_routes(shape.head_dim, dtype, dropout).items():
+                print(f"  {implementation}, {str(dtype)[6:]}, attention dropout {dropout}: {chosen}")
+    return 0
+
+
+def grouped(lengths: list[int], routes: list[str]) -> str:
+    """ "128, 512: route A; 2048: route B": lengths that take the same route named once."""
+    groups: dict[str, list[str]] = {}
+    for length, chosen in zip(lengths, routes, strict=True):
+        groups.setdefault(chosen, []).append(str(length))
+    return "; ".join(f"{', '.join(group)}: {chosen}" for chosen, group in groups.items())
