@@ -14,6 +14,10 @@
 #      is a sentence-transformers model reading 4,096 tokens. About 1.9 h each on 2 free cores (4 h or more on a
 #      busy machine); 2,048-token blocks would take over twice as long again, and 8 of them needed more than 22 GB.
 #   7. s5-span: the embedding objective plus token-state distillation and span retrieval (section 7 below).
+#   8. Long-range variants of s5-all, to be paired with it at 4k-32k tokens (docs/results-longdoc.md, section 3):
+#      s5-all-lscale, s5-all read with the length-aware logit scale (TisaConfig.length_scale_from = 512; no training),
+#      and s5-far, s5-all's recipe with the far-field term (TisaConfig.far_field = "log": a learned -r·log(1 + |k|)
+#      per head and layer beside the kernels).
 # The recipe for long-document embeddings is s5-all (step 2): s5-embed did worse on passkey retrieval and STS-B,
 # s5-span came back level with s5-all and no better (docs/results-longdoc.md, section 3).
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
@@ -90,3 +94,21 @@ adapt "$RUNS/s0-embed" "${embed[@]}" --tisa.num_kernels 0
 #    drifted from the original on short texts (zero-shot STS-B -2.1, against -0.9 distilled), and chunk-average
 #    targets teach nothing about finding a passage inside a long block.
 adapt "$RUNS/s5-span" "${embed[@]}" --tisa.num_kernels 5 --embed-token-weight 1 --embed-span-weight 0.1
+
+# 8. Long-range variants of s5-all.
+adapt "$RUNS/s5-far" "${distill[@]}" --tisa.num_kernels 5 --tisa.far_field log --train all
+if wanted s5-all-lscale && [[ -f $RUNS/s5-all/metrics.json && ! -f $RUNS/s5-all-lscale/modules.json ]]; then
+    python - "$RUNS/s5-all" "$RUNS/s5-all-lscale" <<'PY'
+import sys
+
+from transformers import AutoModel, AutoTokenizer
+
+import tisa_hf
+from tisa_hf.embeddings import write_sentence_transformer
+
+source, target = sys.argv[1:]
+saved = AutoModel.from_pretrained(source).config.tisa.to_dict()
+model = AutoModel.from_pretrained(source, tisa={**saved, "length_scale_from": 512})
+write_sentence_transformer(model, AutoTokenizer.from_pretrained(source), target, base=source, max_seq_length=32768)
+PY
+fi

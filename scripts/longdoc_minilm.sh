@@ -33,8 +33,9 @@
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 8k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model and its bag-of-words control (those that
 #             exist), and BM25 fused with each dense system; paired to BM25 and to each baseline, into
-#             runs/qmsum-minilm;
-#   qmsum-records  its records (json, md, png; not the embeddings) copied to docs/results/longdoc/qmsum-minilm.
+#             docs/results/longdoc/qmsum-minilm: the records themselves, with every system's document embeddings
+#             (kept after each meeting) and scores, a few MB in all, so that a run of many hours that a session
+#             commits as it goes resumes on any machine;
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
@@ -47,6 +48,7 @@ HYPERPARTISAN=configs/sweeps/hyperpartisan-minilm.yaml
 HYPERPARTISAN_2048=configs/sweeps/hyperpartisan-minilm-2048.yaml
 WORKERS=${WORKERS:-1}
 BASELINES=(trunc:minilm chunk:minilm interp:minilm)
+QMSUM_RECORDS=docs/results/longdoc/qmsum-minilm
 export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models, one a line; the missing ones named on stderr
@@ -181,25 +183,19 @@ stage_qmsum() {
         [[ $system == */s5-all || $system == */s0-all ]] && dense+=("$system")
     done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
-    tisa-hf qmsum bm25 "${dense[@]}" "${hybrids[@]}" --out runs/qmsum-minilm --paired bm25 "${BASELINES[@]}"
-}
-
-stage_qmsum_records() {
-    local records=docs/results/longdoc/qmsum-minilm
-    mkdir -p "$records"
-    cp runs/qmsum-minilm/qmsum.{json,md,png} "$records/"
+    tisa-hf qmsum bm25 "${dense[@]}" "${hybrids[@]}" --out "$QMSUM_RECORDS" --paired bm25 "${BASELINES[@]}"
 }
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
 for stage in "${stages[@]}"; do
     case $stage in
-        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k | qmsum | qmsum-records)
+        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k | qmsum)
             "stage_${stage//-/_}"
             ;;
         *)
             echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192, classify, report," \
-                "classify-2048, report-2048, embed-32k, qmsum or qmsum-records." >&2
+                "classify-2048, report-2048, embed-32k or qmsum." >&2
             exit 2
             ;;
     esac

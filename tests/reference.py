@@ -9,15 +9,30 @@ OFFSET_POSITIONS = ("roberta", "xlm-roberta")  # position rows start after paddi
 
 
 def tisa_bias(tisa, layer: int, length: int) -> torch.Tensor:
-    """F[h, i, j] = sum_s a exp(-|b| (j - i - c)^2) by broadcasting over (h, i, j, s)."""
+    """F[h, i, j] = sum_s a exp(-|b| (j - i - c)^2) by broadcasting over (h, i, j, s), minus r log(1 + |j - i|)
+    with a far-field term."""
     positions = torch.arange(length, dtype=torch.float32)
     offsets = positions[None, :] - positions[:, None]
     row = 0 if tisa.amplitude.shape[0] == 1 else layer
     a, b, c = (p[row][:, None, None, :] for p in (tisa.amplitude, tisa.sharpness, tisa.center))
-    return (a * torch.exp(-b.abs() * (offsets[None, :, :, None] - c).square())).sum(-1)
+    bias = (a * torch.exp(-b.abs() * (offsets[None, :, :, None] - c).square())).sum(-1)
+    slope = getattr(tisa, "far_field_slope", None)
+    if slope is not None:
+        bias = bias - slope[row][:, None, None] * torch.log(1 + offsets.abs())
+    return bias
 
 
-def _attention_block(projections, hidden, key_mask, bias, heads):
+def logit_scale(config, key_mask) -> torch.Tensor:
+    """Per sequence, max(1, log n / log L) for n unpadded tokens where `length_scale_from` = L is set, else 1."""
+    settings = getattr(config, "tisa", None)
+    train_length = getattr(settings, "length_scale_from", None)
+    lengths = key_mask.sum(-1).double()
+    if train_length is None:
+        return torch.ones(len(lengths))
+    return (lengths.log() / torch.tensor(float(train_length)).log()).clamp(min=1).float()
+
+
+def _attention_block(projections, hidden, key_mask, bias, heads, scale=None):
     batch, length, width = hidden.shape
     size = width // heads
 
@@ -26,6 +41,8 @@ def _attention_block(projections, hidden, key_mask, bias, heads):
 
     q, k, v = (split(projection(hidden)) for projection in projections)
     scores = q @ k.transpose(-1, -2) / size**0.5
+    if scale is not None:
+        scores = scores * scale[:, None, None, None]
     if bias is not None:
         scores = scores + bias
     scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
@@ -59,6 +76,8 @@ def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "a
     heads = base.config.num_attention_heads
     length = input_ids.shape[1]
 
+    scale = logit_scale(base.config, key_mask)
+
     def bias(index):
         return tisa_bias(tisa, index, length) if tisa is not None else None
 
@@ -67,7 +86,7 @@ def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "a
         layer = base.encoder.albert_layer_groups[0].albert_layers[0]
         for index in range(base.config.num_hidden_layers):
             att = layer.attention
-            context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads)
+            context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads, scale)
             attended = att.LayerNorm(hidden + att.dense(context))
             ffn = layer.ffn_output(F.gelu(layer.ffn(attended)))
             hidden = layer.full_layer_layer_norm(ffn + attended)
@@ -76,14 +95,14 @@ def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "a
     if model_type == "distilbert":
         for index, layer in enumerate(base.transformer.layer):
             att = layer.attention
-            context = _attention_block((att.q_lin, att.k_lin, att.v_lin), hidden, key_mask, bias(index), heads)
+            context = _attention_block((att.q_lin, att.k_lin, att.v_lin), hidden, key_mask, bias(index), heads, scale)
             attended = layer.sa_layer_norm(att.out_lin(context) + hidden)
             hidden = layer.output_layer_norm(layer.ffn.lin2(F.gelu(layer.ffn.lin1(attended))) + attended)
         return hidden
 
     for index, layer in enumerate(base.encoder.layer):
         att = layer.attention.self
-        context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads)
+        context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads, scale)
         out = layer.attention.output
         attended = out.LayerNorm(hidden + out.dense(context))
         ffn = layer.output.dense(F.gelu(layer.intermediate.dense(attended)))

@@ -26,6 +26,7 @@ and `tisa-hf env` (`tisa_hf.routes`) both call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -70,7 +71,7 @@ def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
     return (mask + bias).to(bias.dtype)
 
 
-def _site_bias(module: nn.Module, query: torch.Tensor, kwargs: dict) -> tuple[TisaPositionBias | None, int]:
+def _site(module: nn.Module) -> AttentionSite:
     site: AttentionSite | None = getattr(module, SITE_ATTRIBUTE, None)
     if site is None:
         raise ValueError(
@@ -78,9 +79,39 @@ def _site_bias(module: nn.Module, query: torch.Tensor, kwargs: dict) -> tuple[Ti
             "model with tisa_hf (from_pretrained(..., tisa=...) or tisa_hf.patch) instead of setting "
             "config._attn_implementation by hand."
         )
+    return site
+
+
+def _site_bias(module: nn.Module, query: torch.Tensor, kwargs: dict) -> tuple[TisaPositionBias | None, int]:
+    site = _site(module)
     layer = site.layer_index(kwargs)
     kernels = site.kernels()
     return (kernels if kernels is not None and kernels.enabled else None), layer
+
+
+def length_scale_from(module: nn.Module) -> int | None:
+    """The model's `TisaConfig.length_scale_from`."""
+    return _site(module).encoder.config.tisa.length_scale_from
+
+
+def length_scaled_query(module: nn.Module, query: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The query, times log(n) / log(L) for each sequence of n > L unpadded tokens where the model's TISA settings
+    ask for it (`TisaConfig.length_scale_from` = L), else the query itself.
+
+    n is each sequence's count of keys it may attend to, read from the first query row of the padding mask (an
+    encoder's mask is the same for every query row); without a mask every sequence has all its keys.
+    """
+    train_length = length_scale_from(module)
+    if train_length is None or query.shape[2] <= train_length:
+        return query
+    if mask is None:
+        lengths = torch.full((query.shape[0],), query.shape[2], device=query.device)
+    elif mask.dtype == torch.bool:
+        lengths = mask[:, 0, 0, :].sum(-1)
+    else:
+        lengths = (mask[:, 0, 0, :] > torch.finfo(mask.dtype).min / 2).sum(-1)
+    scale = (lengths.to(torch.float32).log() / math.log(train_length)).clamp(min=1.0)
+    return query * scale.to(query.dtype)[:, None, None, None]
 
 
 def bias_dtype(query: torch.Tensor) -> torch.dtype:
@@ -103,6 +134,7 @@ def tisa_eager_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention with the layer's TISA bias added to the logits."""
     kernels, layer = _site_bias(module, query, kwargs)
+    query = length_scaled_query(module, query, attention_mask)
     if kernels is not None:
         attention_mask = merge_bias(attention_mask, kernels(layer, query.shape[2], bias_dtype(query)))
     # transformers has no shared eager function (each model file has its own copy); this is that same computation.
@@ -127,6 +159,7 @@ def tisa_sdpa_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention with the layer's TISA bias, through the CPU trainable-bias and blockwise routes."""
     kernels, layer = _site_bias(module, query, kwargs)
+    query = length_scaled_query(module, query, attention_mask)
     route = sdpa_route(kernels, query, key, dropout, kwargs)
     if route is SdpaRoute.PLAIN:
         return sdpa_attention_forward(
@@ -177,6 +210,13 @@ def tisa_flex_attention_forward(
     refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0))
     if refusal is not None:
         raise UsageError(refusal)
+    train_length = length_scale_from(module)
+    if attention_mask is not None and train_length is not None and query.shape[2] > train_length:
+        raise UsageError(
+            "TisaConfig.length_scale_from needs each sequence's length, which flex attention's block mask does not "
+            "give: use attn_implementation='sdpa' or 'eager' for padded batches, or embed one text at a time."
+        )
+    query = length_scaled_query(module, query, None)
     if kernels is None:
         return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     table = kernels.offset_values(layer, query.shape[2], bias_dtype(query))

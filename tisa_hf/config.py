@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 MODES = ("add", "replace")
 INITS = ("fit", "zeros", "random")
+FAR_FIELDS = ("none", "log")
+# Settings that change how the kernels are used, not what they are: a checkpoint may be loaded with other values.
+READING_SETTINGS = ("length_scale_from",)
 
 
 @dataclass
@@ -24,6 +27,13 @@ class TisaConfig:
         fit_window: largest |j - i| the fit looks at (None: every offset of the profile).
         profile_length: positions used to extract the profiles (None: the whole position table, at most 512).
         fit_restarts: random starts per head, on top of the 15 peak-seeded ones.
+        far_field: `"log"` adds -r·log(1 + |k|) to f with one learned slope r per head and layer (as KERPLE-log),
+            so that attention keeps a sense of distance past the Gaussians' window; r starts at 0 (f unchanged)
+            and is trained by fine-tuning or adaptation. `"none"`: f is the kernels alone.
+        length_scale_from: L, a training length: inputs of n > L tokens have their query-key logits scaled by
+            log(n) / log(L) (as YaRN's and scalable softmax's length-aware temperature), so that attention over
+            thousands of keys stays as peaked as over L; n counts each sequence's unpadded tokens. None: off.
+            Needs no training, so `from_pretrained(checkpoint, tisa=...)` may set it on any TISA checkpoint.
     """
 
     num_kernels: int = 5
@@ -33,6 +43,8 @@ class TisaConfig:
     fit_window: int | None = 64
     profile_length: int | None = None
     fit_restarts: int = 16
+    far_field: Literal["none", "log"] = "none"
+    length_scale_from: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.num_kernels, bool) or not isinstance(self.num_kernels, int) or self.num_kernels < 0:
@@ -43,6 +55,16 @@ class TisaConfig:
             raise ValueError(f"TisaConfig.init must be one of {', '.join(INITS)}; got {self.init!r}.")
         if not isinstance(self.share_across_layers, bool):
             raise ValueError(f"TisaConfig.share_across_layers must be True or False, got {self.share_across_layers!r}.")
+        if self.far_field not in FAR_FIELDS:
+            raise ValueError(f"TisaConfig.far_field must be one of {', '.join(FAR_FIELDS)}; got {self.far_field!r}.")
+        if self.length_scale_from is not None and (
+            isinstance(self.length_scale_from, bool)
+            or not isinstance(self.length_scale_from, int)
+            or self.length_scale_from < 2
+        ):
+            raise ValueError(
+                f"TisaConfig.length_scale_from must be an integer >= 2 or None, got {self.length_scale_from!r}."
+            )
         for name in ("fit_window", "profile_length"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -67,10 +89,20 @@ class TisaConfig:
             return cls(**value)
         raise ValueError(f"tisa= takes a tisa_hf.TisaConfig, a dict of its fields or True; got {type(value).__name__}.")
 
+    def kernel_settings(self) -> TisaConfig:
+        """These settings with the `READING_SETTINGS` at their defaults: what a checkpoint's kernels belong to."""
+        return replace(self, **{name: TisaConfig.__dataclass_fields__[name].default for name in READING_SETTINGS})
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def num_parameters(self, num_layers: int, num_heads: int) -> int:
-        """3·S·H·L, or 3·S·H when the functions are shared across layers."""
+        """3·S·H·L (plus H·L far-field slopes), or 3·S·H (+ H) when the functions are shared across layers."""
         layers = 1 if self.share_across_layers else num_layers
-        return 3 * self.num_kernels * num_heads * layers
+        per_function = 3 * self.num_kernels + (self.far_field != "none")
+        return per_function * num_heads * layers
+
+    @property
+    def has_scoring_function(self) -> bool:
+        """Whether f is not identically 0 by construction: kernels, or a far-field term."""
+        return self.num_kernels > 0 or self.far_field != "none"

@@ -1,7 +1,7 @@
 """The TISA scoring functions and the Toeplitz attention bias they produce.
 
-`f(k) = sum_s a_s * exp(-|b_s| * (k - c_s)^2)` for each layer and head; the bias added to the attention
-logits is `F[h, i, j] = f_h(j - i)`.
+`f(k) = sum_s a_s * exp(-|b_s| * (k - c_s)^2)` for each layer and head (with the optional far-field term,
+`- r * log(1 + |k|)`); the bias added to the attention logits is `F[h, i, j] = f_h(j - i)`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ import math
 import torch
 from torch import nn
 
+# The kernel module's parameter names, as its state-dict keys end.
+KERNEL_PARAMETERS = ("amplitude", "sharpness", "center", "far_field_slope")
+
 
 def kernel_values(
     amplitude: torch.Tensor, sharpness: torch.Tensor, center: torch.Tensor, offsets: torch.Tensor
@@ -18,6 +21,13 @@ def kernel_values(
     """f(k) for kernels of shape (..., S) at `offsets` of shape (K,): returns (..., K)."""
     distance = offsets[:, None] - center[..., None, :]
     return (amplitude[..., None, :] * torch.exp(-sharpness.abs()[..., None, :] * distance.square())).sum(-1)
+
+
+def far_field_values(slope: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """-r·log(1 + |k|) for slopes of shape (...) at `offsets` (K,): returns (..., K). Logarithmic, as KERPLE-log:
+    it keeps telling distances apart at thousands of tokens, where a linear (ALiBi) slope learnt on 512 tokens
+    would mask everything far away."""
+    return -slope[..., None] * torch.log1p(offsets.abs())
 
 
 def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
@@ -30,7 +40,8 @@ def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
 
 
 class TisaPositionBias(nn.Module):
-    """Kernel parameters a (`amplitude`), b (`sharpness`) and c (`center`), each (layers, heads, kernels).
+    """Kernel parameters a (`amplitude`), b (`sharpness`) and c (`center`), each (layers, heads, kernels), and,
+    with `far_field="log"`, the far-field slopes r (`far_field_slope`, (layers, heads), starting at 0).
 
     Whenever no gradient is needed (`torch.no_grad`, inference mode) each layer's bias is cached for the last
     length, dtype and device it was built for, and rebuilt once the parameters change (an optimizer step,
@@ -47,12 +58,13 @@ class TisaPositionBias(nn.Module):
 
     cache_limit_bytes: int = 256 * 2**20
 
-    def __init__(self, num_layers: int, num_heads: int, num_kernels: int):
+    def __init__(self, num_layers: int, num_heads: int, num_kernels: int, far_field: str = "none"):
         super().__init__()
         shape = (num_layers, num_heads, num_kernels)
         self.amplitude = nn.Parameter(torch.zeros(shape))
         self.sharpness = nn.Parameter(torch.zeros(shape))
         self.center = nn.Parameter(torch.zeros(shape))
+        self.far_field_slope = nn.Parameter(torch.zeros(shape[:2])) if far_field == "log" else None
         self.enabled = True
         self._cache: dict[int, tuple[tuple, torch.Tensor]] = {}
         self._forward_tables: dict[tuple, tuple[torch.Tensor, ...]] | None = None
@@ -70,18 +82,26 @@ class TisaPositionBias(nn.Module):
         return self.amplitude.shape[2]
 
     def extra_repr(self) -> str:
-        return f"layers={self.num_layers}, heads={self.num_heads}, kernels={self.num_kernels}"
+        far_field = ", far_field=log" if self.far_field_slope is not None else ""
+        return f"layers={self.num_layers}, heads={self.num_heads}, kernels={self.num_kernels}{far_field}"
 
     def scoring_function(self, offsets: torch.Tensor, layer: int | None = None) -> torch.Tensor:
         """f(k) at `offsets`: (layers, heads, K), or (heads, K) for one layer."""
         params = (self.amplitude, self.sharpness, self.center)
+        slope = self.far_field_slope
         if layer is not None:
-            params = tuple(p[self._parameter_row(layer)] for p in params)
-        return kernel_values(*params, offsets.to(self.amplitude.dtype))
+            row = self._parameter_row(layer)
+            params = tuple(p[row] for p in params)
+            slope = slope[row] if slope is not None else None
+        offsets = offsets.to(self.amplitude.dtype)
+        values = kernel_values(*params, offsets)
+        if slope is not None:
+            values = values + far_field_values(slope, offsets)
+        return values
 
     def needs_grad(self) -> bool:
         """Whether a bias built now would carry a gradient to the kernel parameters."""
-        return torch.is_grad_enabled() and self.amplitude.requires_grad
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
 
     def fits_cache(self, length: int, dtype: torch.dtype) -> bool:
         """Whether every layer's bias at `length` and `dtype` fits in `cache_limit_bytes` together."""
@@ -141,7 +161,13 @@ class TisaPositionBias(nn.Module):
         return 0 if self.num_layers == 1 else layer
 
     def _parameter_versions(self) -> tuple:
-        return tuple((p.data_ptr(), p._version) for p in (self.amplitude, self.sharpness, self.center))
+        return tuple((p.data_ptr(), p._version) for p in self.parameters())
+
+    @torch.no_grad()
+    def reset_far_field(self) -> None:
+        """r = 0: the far-field term starts switched off, whatever the kernels' initialisation."""
+        if self.far_field_slope is not None:
+            self.far_field_slope.zero_()
 
     @torch.no_grad()
     def reset_zeros(self, window: int) -> None:

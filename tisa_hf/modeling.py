@@ -24,7 +24,8 @@ from transformers.utils.generic import is_flash_attention_requested
 from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from .adapters import ADAPTERS, EncoderAdapter, adapter_for, find_base_model
-from .config import TisaConfig
+from .config import READING_SETTINGS, TisaConfig
+from .kernels import KERNEL_PARAMETERS
 from .model_configs import (
     TISA_CLASS_PREFIX,
     TisaConfigMixin,
@@ -105,11 +106,13 @@ class TisaModelMixin:
                 f"{pretrained_model_name_or_path} has no TISA settings: pass tisa=tisa_hf.TisaConfig(...) to "
                 "convert it."
             )
-        if saved is not None and TisaConfig.from_value(saved) != TisaConfig.from_value(requested):
+        if saved is not None and (
+            TisaConfig.from_value(saved).kernel_settings() != TisaConfig.from_value(requested).kernel_settings()
+        ):
             raise ValueError(
                 f"{pretrained_model_name_or_path} was saved with TISA {TisaConfig.from_value(saved)}, and its kernels "
-                f"belong to those settings; tisa= asks for {TisaConfig.from_value(requested)}. Load it without tisa=, "
-                "or convert the plain checkpoint it came from."
+                f"belong to those settings; tisa= asks for {TisaConfig.from_value(requested)}. Load it without tisa= "
+                f"(or change only {', '.join(READING_SETTINGS)}), or convert the plain checkpoint it came from."
             )
         if config is not None:
             kwargs["config"] = config
@@ -133,7 +136,7 @@ class TisaModelMixin:
 
 
 def _is_kernel_key(key: str) -> bool:
-    return f"{BIAS_ATTRIBUTE}." in f".{key}" and key.rsplit(".", 1)[-1] in ("amplitude", "sharpness", "center")
+    return f"{BIAS_ATTRIBUTE}." in f".{key}" and key.rsplit(".", 1)[-1] in KERNEL_PARAMETERS
 
 
 def tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:

@@ -123,9 +123,9 @@ def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
         embeddings.register_forward_pre_hook(PositionIdsForReplaceMode(), with_kwargs=True)
     else:
         embeddings.register_forward_pre_hook(SequenceLengthCheck(table.num_embeddings - row_offset), with_kwargs=True)
-    if config.num_kernels > 0:
+    if config.has_scoring_function:
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
-        bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels)
+        bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels, config.far_field)
         setattr(base, BIAS_ATTRIBUTE, bias.to(device=table.weight.device, dtype=table.weight.dtype))
         scope = OffsetTablesPerForward()
         base.register_forward_pre_hook(scope.begin)
@@ -142,6 +142,9 @@ def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
     if bias is None:
         return
     config = tisa_config_of(base)
+    bias.reset_far_field()
+    if config.num_kernels == 0:
+        return
     if config.init == "fit":
         profiles = extract_positional_profiles(base, length=config.profile_length)
         profile = profiles.toeplitz.profile

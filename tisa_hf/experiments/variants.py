@@ -43,10 +43,11 @@ def variant_label(tisa: dict[str, Any] | None, adapted: dict[str, Any] | None = 
     """The row of a run: its TISA settings, and for a checkpoint of `tisa-hf adapt` how it was adapted."""
     if not tisa:
         label = BASELINE
-    elif tisa["num_kernels"] == 0:
+    elif tisa["num_kernels"] == 0 and tisa.get("far_field", "none") == "none":
         label = "S=0 (bag of words)" if tisa["mode"] == "replace" else "S=0 (add)"
     else:
-        label = f"TISA S={tisa['num_kernels']} ({tisa['mode']})"
+        far_field = f", far field {tisa['far_field']}" if tisa.get("far_field", "none") != "none" else ""
+        label = f"TISA S={tisa['num_kernels']}{far_field} ({tisa['mode']})"
     return f"{label}, adapted ({adapted['objective']}, trained: {adapted['train']})" if adapted else label
 
 
