@@ -36,6 +36,10 @@
 #             docs/results/longdoc/qmsum-minilm: the records themselves, with every system's document embeddings
 #             (kept after each meeting) and scores, a few MB in all, so that a run of many hours that a session
 #             commits as it goes resumes on any machine;
+#   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
+#             their article among 61), the same systems as qmsum and the long-range variants that exist
+#             (s5-far, s5-all-lscale), into docs/results/longdoc/spans-minilm; variants are chosen here and on
+#             passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
@@ -51,9 +55,10 @@ BASELINES=(trunc:minilm chunk:minilm interp:minilm)
 QMSUM_RECORDS=docs/results/longdoc/qmsum-minilm
 export HF_HUB_OFFLINE=1
 
-adapted_models() {  # the finished adapted models, one a line; the missing ones named on stderr
-    for name in s5-all s0-all s5-embed s5-span s0-embed; do
-        if [[ -f $ADAPTED/$name/metrics.json ]]; then
+adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s5-all read another way), one a line;
+    # the missing ones named on stderr
+    for name in s5-all s0-all s5-embed s5-span s0-embed s5-far s5-all-lscale; do
+        if [[ -f $ADAPTED/$name/metrics.json || -f $ADAPTED/$name/modules.json ]]; then
             echo "$ADAPTED/$name"
         else
             echo "not adapted yet (scripts/adapt_minilm.sh $name): $ADAPTED/$name" >&2
@@ -176,26 +181,32 @@ stage_embed_32k() {
     retrieval --lengths 16384 32768 --documents 50 --queries 25 --out runs/longembed-minilm-32k
 }
 
-stage_qmsum() {
-    local adapted dense=("${BASELINES[@]}") system hybrids=()
+corpus_retrieval() {  # corpus_retrieval COMMAND OUT VARIANT...: BM25, the baselines, the adapted s5-all and s0-all
+    # and the named variants that exist, and BM25 fused with each dense system, paired to BM25 and each baseline
+    local command=$1 out=$2 adapted dense=("${BASELINES[@]}") system hybrids=() wanted=(s5-all s0-all)
+    shift 2
+    wanted+=("$@")
     mapfile -t adapted < <(adapted_models)
     for system in "${adapted[@]}"; do
-        [[ $system == */s5-all || $system == */s0-all ]] && dense+=("$system")
+        [[ " ${wanted[*]} " == *" $(basename "$system") "* ]] && dense+=("$system")
     done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
-    tisa-hf qmsum bm25 "${dense[@]}" "${hybrids[@]}" --out "$QMSUM_RECORDS" --paired bm25 "${BASELINES[@]}"
+    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired bm25 "${BASELINES[@]}"
 }
+
+stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS"; }
+stage_spans() { corpus_retrieval spans docs/results/longdoc/spans-minilm s5-far s5-all-lscale; }
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
 for stage in "${stages[@]}"; do
     case $stage in
-        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k | qmsum)
+        adapt | embed | embed-8192 | classify | report | classify-2048 | report-2048 | embed-32k | qmsum | spans)
             "stage_${stage//-/_}"
             ;;
         *)
             echo "longdoc_minilm.sh: unknown stage $stage; give adapt, embed, embed-8192, classify, report," \
-                "classify-2048, report-2048, embed-32k or qmsum." >&2
+                "classify-2048, report-2048, embed-32k, qmsum or spans." >&2
             exit 2
             ;;
     esac

@@ -92,6 +92,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.embeddings.options:qmsum_parser",
         "LongEmbed's QMSum retrieval (nDCG@10) of long meeting transcripts, with BM25 and hybrids.",
     ),
+    "spans": Command(
+        "tisa_hf.embeddings.spans",
+        "tisa_hf.embeddings.options:spans_parser",
+        "Passages of WikiText articles find their article (development task of long reading), by passage depth.",
+    ),
     "sts": Command(
         "tisa_hf.embeddings.sts",
         "tisa_hf.embeddings.options:sts_parser",

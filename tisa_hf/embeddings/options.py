@@ -1,5 +1,5 @@
-"""The options of `tisa-hf longembed`, `tisa-hf qmsum` and `tisa-hf sts`; light (argparse and tisa_hf's light
-modules only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
+"""The options of `tisa-hf longembed`, `qmsum`, `spans` and `sts`; light (argparse and tisa_hf's light modules
+only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
 
 from __future__ import annotations
 
@@ -102,6 +102,37 @@ def qmsum_parser() -> argparse.ArgumentParser:
         "--meetings",
         type=positive_int,
         help="Only the first N meetings and the queries about them (a smoke run; default: all 197).",
+    )
+    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
+    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")
+    parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
+    return parser
+
+
+def spans_parser() -> argparse.ArgumentParser:
+    parser = new_parser(
+        "tisa-hf spans",
+        "Passage-to-article retrieval (nDCG@10, Acc@1, MRR@10, and Acc@1 by how deep the passage sits): passages "
+        "cut from WikiText articles find their article among all of them; the development task for choosing how "
+        "to read long documents (QMSum is kept for evaluation).",
+    )
+    parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
+    parser.add_argument("--out", required=True, help="Folder for spans.json, spans.md, spans.png and embeddings.")
+    parser.add_argument(
+        "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
+    )
+    parser.add_argument("--spans-per-article", type=positive_int, default=3, help="Passages cut from each article.")
+    parser.add_argument("--span-words", type=positive_int, default=48, help="Words in a passage.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the passages' positions.")
+    parser.add_argument(
+        "--articles", type=positive_int, help="Only the first N articles (a smoke run; default: every article)."
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=DEFAULT_QMSUM_CAP,
+        help="A document's tokens for the models, [CLS] and [SEP] counted: longer ones are cut (BM25 reads all).",
     )
     parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")

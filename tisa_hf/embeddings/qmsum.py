@@ -56,9 +56,6 @@ from .systems import (
 
 logger = logging.getLogger(__name__)
 
-RESULTS_FILE = "qmsum.json"
-TABLES_FILE = "qmsum.md"
-PLOT_FILE = "qmsum.png"
 EMBEDDINGS_FOLDER = "embeddings"
 CELL = "qmsum"
 LOG_EVERY = 10  # documents between log lines when no progress bar is shown
@@ -71,6 +68,32 @@ PUBLISHED_NDCG_AT_10 = {
     "jina-embeddings-v2-base-en (8k)": 38.9,
     "E5-Mistral-7B": 43.6,
 }
+
+
+@dataclass(frozen=True)
+class CorpusKind:
+    """How a retrieval task over a corpus names itself: its files (NAME.json, NAME.md, NAME.png), its title, what
+    its documents are, and published nDCG@10 to show beside the measured ones."""
+
+    name: str
+    title: str
+    documents: str
+    published: dict[str, float]
+
+    @property
+    def results_file(self) -> str:
+        return f"{self.name}.json"
+
+    @property
+    def tables_file(self) -> str:
+        return f"{self.name}.md"
+
+    @property
+    def plot_file(self) -> str:
+        return f"{self.name}.png"
+
+
+QMSUM = CorpusKind("qmsum", "QMSum", "meetings", PUBLISHED_NDCG_AT_10)
 
 
 @dataclass
@@ -93,16 +116,17 @@ def cut(document: list[int], cap: int) -> list[int]:
     return document if len(document) <= cap else document[: cap - 1] + document[-1:]
 
 
-def prepare(args: argparse.Namespace) -> Task:
-    """Checks everything and tokenizes every text; loads no weights."""
+def prepare(args: argparse.Namespace, kind: CorpusKind = QMSUM, meetings: Meetings | None = None) -> Task:
+    """Checks everything and tokenizes every text; loads no weights. The corpus is QMSum's meetings read from
+    --data unless `meetings` gives another."""
     check_system_names(args.systems, args.paired)
     check_out_folder(args.out)
     systems = [parse_system(spec) for spec in args.systems]
     check_hybrid_parts(systems)
-    meetings = read_meetings(args.data, args.meetings)
+    meetings = meetings or read_meetings(args.data, args.meetings)
     settings = {
         "data": str(args.data),
-        "meetings": len(meetings.documents),
+        kind.documents: len(meetings.documents),
         "queries": len(meetings.queries),
         "repeated_summaries": meetings.repeated_summaries,
         "texts_sha256": digest([meetings.names, meetings.documents, meetings.queries, meetings.answers]),
@@ -127,7 +151,7 @@ def prepare(args: argparse.Namespace) -> Task:
         settings["documents_cut"] = sum(len(document) > args.max_tokens for document in whole)
         settings["document_tokens"] = {"mean": float(np.mean([len(d) for d in whole])), "max": max(map(len, whole))}
         settings["tokens_sha256"] = digest([documents, query_ids])
-    results = Path(args.out) / RESULTS_FILE
+    results = Path(args.out) / kind.results_file
     record = resumable_record(results, {key: settings[key] for key in settings if "tokens" not in key}, args.overwrite)
     if record is not None:
         old = record["settings"].get("tokens_sha256")
@@ -223,9 +247,9 @@ def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int)
     }
 
 
-def format_tables(record: dict[str, Any]) -> str:
-    """Markdown: every system's measures (x100) and throughput, LongEmbed's published nDCG@10, and per --paired
-    reference the others' differences with their intervals."""
+def format_tables(record: dict[str, Any], kind: CorpusKind = QMSUM) -> str:
+    """Markdown: every system's measures (x100) and throughput, the published nDCG@10, and per --paired reference
+    the others' differences with their intervals."""
     settings = record["settings"]
     columns = [*MEASURE_LABELS.values(), "documents/s", "tokens/s", "minutes"]
     rows = {}
@@ -236,13 +260,14 @@ def format_tables(record: dict[str, Any]) -> str:
         )
         rows[name].append(f"{result['wall_time_s'] / 60:.1f}")
     title = (
-        f"QMSum: {settings['queries']} queries, {settings['meetings']} meetings, documents cut at "
+        f"{kind.title}: {settings['queries']} queries, {settings[kind.documents]} {kind.documents}, documents cut at "
         f"{settings['max_tokens']} tokens for the models ({settings.get('documents_cut', 0)} cut); measures x100, "
         "documents and tokens a second of the document embedding, minutes of the whole system"
     )
     sections = [f"{title}:\n\n{markdown_table(columns, rows, 'system')}"]
-    published = {name: [f"{value:.1f}"] for name, value in PUBLISHED_NDCG_AT_10.items()}
-    sections.append(f"Published on LongEmbed's QMSum:\n\n{markdown_table(['nDCG@10'], published, 'model')}")
+    if kind.published:
+        published = {name: [f"{value:.1f}"] for name, value in kind.published.items()}
+        sections.append(f"Published on LongEmbed's QMSum:\n\n{markdown_table(['nDCG@10'], published, 'model')}")
     for reference, paired in record["paired"].items():
         rows = {name: [paired_cell(scaled(by[m]), 1) for m in MEASURES] for name, by in paired.items()}
         title = f"Minus {reference}'s (x100, 95% bootstrap interval over queries; * excludes 0)"
@@ -254,12 +279,12 @@ def scaled(entry: dict[str, float | None]) -> dict[str, float | None]:
     return {key: None if value is None else 100 * value for key, value in entry.items()}
 
 
-def ndcg_figure(record: dict[str, Any]) -> Figure:
-    """nDCG@10 of every system measured here, beside LongEmbed's published numbers (grey)."""
+def ndcg_figure(record: dict[str, Any], kind: CorpusKind = QMSUM) -> Figure:
+    """nDCG@10 of every system measured here, beside the published numbers (grey)."""
     measured = {name: 100 * result["ndcg_at_10"] for name, result in record["results"].items()}
-    names = [*measured, *PUBLISHED_NDCG_AT_10]
-    values = [*measured.values(), *PUBLISHED_NDCG_AT_10.values()]
-    colours = [f"C{index % 10}" for index in range(len(measured))] + ["0.7"] * len(PUBLISHED_NDCG_AT_10)
+    names = [*measured, *kind.published]
+    values = [*measured.values(), *kind.published.values()]
+    colours = [f"C{index % 10}" for index in range(len(measured))] + ["0.7"] * len(kind.published)
     figure = Figure(figsize=(7.0, 1.2 + 0.32 * len(names)), layout="constrained")
     axis = figure.subplots()
     axis.barh(range(len(names)), values, color=colours)
@@ -267,19 +292,22 @@ def ndcg_figure(record: dict[str, Any]) -> Figure:
         axis.text(value + 0.3, index, f"{value:.1f}", va="center", fontsize=8)
     axis.set_yticks(range(len(names)), labels=names, fontsize=8)
     axis.invert_yaxis()
-    axis.set_xlabel("nDCG@10 (x100); grey: published on LongEmbed's QMSum")
-    axis.set_title(f"QMSum: {record['settings']['queries']} queries, {record['settings']['meetings']} meetings")
+    axis.set_xlabel("nDCG@10 (x100)" + ("; grey: published on LongEmbed's QMSum" if kind.published else ""))
+    settings = record["settings"]
+    axis.set_title(f"{kind.title}: {settings['queries']} queries, {settings[kind.documents]} {kind.documents}")
     return figure
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    task = prepare(args)
+def run(args: argparse.Namespace, kind: CorpusKind = QMSUM, meetings: Meetings | None = None) -> dict[str, Any]:
+    """Measures every pending system on the corpus (QMSum's meetings unless `meetings` gives another) and writes
+    the record, tables and plot."""
+    task = prepare(args, kind, meetings)
     record = task.record
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record.update(versions=versions(), machine=machine(device))
-    write_record(record, out / RESULTS_FILE)  # the settings, before the first system (its embeddings resume)
+    write_record(record, out / kind.results_file)  # the settings, before the first system (its embeddings resume)
     for system in pending_systems(task, out):
         started, cpu_started = time.perf_counter(), time.process_time()
         measured = system_scores(system, task, out, args)
@@ -292,14 +320,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["throughput"] = measured["throughput"]
         record["systems"][system.spec] = system_facts(system)
         record["results"][system.spec] = result
-        write_record(record, out / RESULTS_FILE)
+        write_record(record, out / kind.results_file)
         logger.info("%s: nDCG@10 %.3f, Acc@1 %.3f", system.spec, result["ndcg_at_10"], result["acc_at_1"])
     record["paired"] = {
         reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
     }
-    write_record(record, out / RESULTS_FILE)
-    (out / TABLES_FILE).write_text(format_tables(record))
-    ndcg_figure(record).savefig(out / PLOT_FILE, dpi=110)
+    write_record(record, out / kind.results_file)
+    (out / kind.tables_file).write_text(format_tables(record, kind))
+    ndcg_figure(record, kind).savefig(out / kind.plot_file, dpi=110)
     return record
 
 
