@@ -89,6 +89,8 @@ EVERY_FIELD = TisaConfig(
     fit_window=12,
     profile_length=30,
     fit_restarts=4,
+    far_field="log",
+    length_scale_from=64,
 )
 
 
