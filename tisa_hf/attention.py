@@ -21,7 +21,7 @@ encoder's kernel module and hands the logits' bias to the plain backend:
   back to the kernels. PyTorch has no flex attention backward on CPU, so training there is refused up front.
 
 Which route a call takes is decided in one place, `sdpa_route` and `flex_refusal`, which the attention functions
-and `tisa-hf env` (`tisa_hf.routes`) both call.
+and `tisa-hf env` (`tisa_hf.performance.environment_report`) both call.
 """
 
 from __future__ import annotations
