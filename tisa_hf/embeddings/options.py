@@ -93,20 +93,11 @@ def qmsum_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
     parser.add_argument("--data", default=DEFAULT_QMSUM_DATA, help="QMSum's meetings: its train/ and val/ folders.")
     parser.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        default=DEFAULT_QMSUM_CAP,
-        help="A document's tokens for the models, [CLS] and [SEP] counted: longer ones are cut (BM25 reads all).",
-    )
-    parser.add_argument(
         "--meetings",
         type=positive_int,
         help="Only the first N meetings and the queries about them (a smoke run; default: all 197).",
     )
-    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
-    add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")
-    parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
+    add_corpus_arguments(parser)
     return parser
 
 
@@ -128,6 +119,12 @@ def spans_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--articles", type=positive_int, help="Only the first N articles (a smoke run; default: every article)."
     )
+    add_corpus_arguments(parser)
+    return parser
+
+
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that every corpus-retrieval command (`qmsum`, `spans`) shares with their one runner."""
     parser.add_argument(
         "--max-tokens",
         type=positive_int,
@@ -138,4 +135,3 @@ def spans_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
     add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")
     parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
-    return parser
