@@ -41,6 +41,7 @@
 #             (s5-far, s5-all-lscale), into docs/results/longdoc/spans-minilm; variants are chosen here and on
 #             passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
+# QMSUM_RECORDS and SPANS_RECORDS move the two record folders (default: under docs/results/longdoc).
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
 #   bash scripts/longdoc_minilm.sh adapt embed      # some stages, in the order given
@@ -52,7 +53,8 @@ HYPERPARTISAN=configs/sweeps/hyperpartisan-minilm.yaml
 HYPERPARTISAN_2048=configs/sweeps/hyperpartisan-minilm-2048.yaml
 WORKERS=${WORKERS:-1}
 BASELINES=(trunc:minilm chunk:minilm interp:minilm)
-QMSUM_RECORDS=docs/results/longdoc/qmsum-minilm
+QMSUM_RECORDS=${QMSUM_RECORDS:-docs/results/longdoc/qmsum-minilm}
+SPANS_RECORDS=${SPANS_RECORDS:-docs/results/longdoc/spans-minilm}
 export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s5-all read another way), one a line;
@@ -195,7 +197,7 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT VARIANT...: BM25, the basel
 }
 
 stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS"; }
-stage_spans() { corpus_retrieval spans docs/results/longdoc/spans-minilm s5-far s5-all-lscale; }
+stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" s5-far s5-all-lscale; }
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
