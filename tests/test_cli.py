@@ -96,3 +96,18 @@ def test_a_usage_error_is_one_line_and_its_traceback_is_opt_in(debug, tmp_path, 
         assert err.count("\n") == 1
     else:
         assert "FileNotFoundError" in err and "The above exception was the direct cause" in err
+
+
+def test_python_dash_m_tisa_hf_is_the_command_line_with_its_one_line_errors(tmp_path):
+    """`python -m tisa_hf COMMAND` answers as `tisa-hf COMMAND`: a usage error is one line and status 2."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "tisa_hf", "longembed", "minilm", "--text", str(tmp_path / "absent.txt")]
+        + ["--lengths", "256", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines() == [
+        f"tisa-hf longembed: --text {tmp_path / 'absent.txt'}: no such file; pass --text with a plain-text file to "
+        "cut the needle task's documents from (WikiText-2's test.txt)."
+    ]

@@ -51,7 +51,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # what works over finished runs of the training tasks
     ("tisa_hf.experiments",),
     # the command line and the `python -m` entries
-    ("tisa_hf.cli", "tisa_hf.glue", "tisa_hf.squad", "tisa_hf.classify", "tisa_hf.adapt.__main__"),
+    (
+        "tisa_hf.cli",
+        "tisa_hf.__main__",
+        "tisa_hf.glue",
+        "tisa_hf.squad",
+        "tisa_hf.classify",
+        "tisa_hf.adapt.__main__",
+    ),
 )
 
 
@@ -157,7 +164,13 @@ def test_no_module_imports_a_layer_above_its_own():
 
 def test_no_command_imports_the_command_line():
     dispatcher = [module for module, targets in import_graph().items() if "tisa_hf.cli" in targets]
-    assert sorted(dispatcher) == ["tisa_hf.adapt.__main__", "tisa_hf.classify", "tisa_hf.glue", "tisa_hf.squad"]
+    assert sorted(dispatcher) == [
+        "tisa_hf.__main__",
+        "tisa_hf.adapt.__main__",
+        "tisa_hf.classify",
+        "tisa_hf.glue",
+        "tisa_hf.squad",
+    ]
 
 
 def test_no_folder_holds_more_than_fifteen_modules():
@@ -168,3 +181,10 @@ def test_no_folder_holds_more_than_fifteen_modules():
         if path.name != "__init__.py" and layer_of(module) > 0
     )
     assert {folder: count for folder, count in folders.items() if count > MAX_FOLDER_MODULES} == {}
+
+
+def test_only_the_launcher_modules_run_as_main():
+    """One entry per command: `tisa-hf NAME`, `python -m tisa_hf NAME`, and the `accelerate launch -m` modules of
+    the training commands; a command's own module is not a second, differently behaving entry."""
+    launchers = [module for module, path in module_files().items() if 'if __name__ == "__main__":' in path.read_text()]
+    assert sorted(launchers) == sorted(LAYERS[-1])

@@ -97,6 +97,11 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.embeddings.options:spans_parser",
         "Passages of WikiText articles find their article (development task of long reading), by passage depth.",
     ),
+    "encode": Command(
+        "tisa_hf.embeddings.corpus",
+        "tisa_hf.embeddings.options:encode_parser",
+        "Embed a corpus of long documents (resumable; several processes or GPUs).",
+    ),
     "sts": Command(
         "tisa_hf.embeddings.sts",
         "tisa_hf.embeddings.options:sts_parser",

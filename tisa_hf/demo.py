@@ -93,7 +93,3 @@ def run(args: argparse.Namespace) -> int:
         print("The reloaded model differs from the saved one.")
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,7 +15,6 @@ sentence-transformers model too (`sentence_output.py`).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -399,7 +398,3 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     return command_main("tisa-hf adapt", ADAPT_ARGUMENTS, run, argv, closing=reading_length_line)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

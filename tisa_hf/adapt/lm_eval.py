@@ -499,7 +499,3 @@ def main(argv: list[str] | None = None) -> int:
     record = run(args)
     print(json.dumps({"out": args.out, "models": list(record["models"])}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -335,7 +335,3 @@ def main(argv: list[str] | None = None) -> int:
     record = run(args)
     print(json.dumps({"out": args.out, "systems": list(record["results"])}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

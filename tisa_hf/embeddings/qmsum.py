@@ -337,7 +337,3 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in record["results"].items():
         print(f"{name}: nDCG@10 {100 * result['ndcg_at_10']:.1f}, Acc@1 {100 * result['acc_at_1']:.1f}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

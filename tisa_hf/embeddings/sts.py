@@ -138,7 +138,3 @@ def main(argv: list[str] | None = None) -> int:
                 f"[{paired['low']:+.2f}, {paired['high']:+.2f}]"
             )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 from typing import Any
 
 import numpy as np
@@ -185,7 +184,3 @@ def run(*settings: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     return command_main("tisa-hf classify", CLASSIFY_ARGUMENTS, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

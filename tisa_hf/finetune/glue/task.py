@@ -9,7 +9,6 @@ and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 import datasets
@@ -134,7 +133,3 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     return command_main("tisa-hf glue", GLUE_ARGUMENTS, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

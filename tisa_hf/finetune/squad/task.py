@@ -9,7 +9,6 @@ and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -107,7 +106,3 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     return command_main("tisa-hf squad", SQUAD_ARGUMENTS, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

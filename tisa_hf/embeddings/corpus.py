@@ -1,0 +1,204 @@
+"""`tisa-hf encode`: a corpus of long documents to embeddings with a sentence-transformers model, TISA or not.
+
+Documents come from a JSON Lines file (one object a line, the text under --text-field) or a plain-text file (one
+document a line). They are embedded in parts of --part-size documents through sentence-transformers' own
+`encode_document`: on one device, or with several --devices through its multi-process pool, which ships the
+model to each worker (a TISA model pickles like any transformers model; the worker's unpickling imports tisa_hf).
+Each finished part is saved at once and named in the state file, so a killed run resumes at the next part; a
+rerun over another input, model or reading length is refused unless --overwrite.
+
+Writes OUT/embeddings.npy (float32, one row a document, in input order, written when every part is done), OUT/parts/
+(the finished parts) and OUT/encode.json: the settings, how many documents were longer than the model reads and
+were cut (sentence-transformers truncates without a word; this says how many), the tokens read and the throughput
+(documents and tokens a second over the whole run, resumed parts included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..common.checkpoints import reads_any_length
+from ..common.machine import machine, versions
+from ..common.result_files import check_out_folder, check_writable, resumable_record, save_array, write_record
+from ..common.sentence_models import check_reading_limit, require_sentence_transformers
+from ..errors import UsageError
+from ..packaged import resolve_model
+from ..patching import model_table_length, tisa_config_of
+from .options import encode_parser
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "encode.json"
+EMBEDDINGS_FILE = "embeddings.npy"
+PARTS_FOLDER = "parts"
+
+
+def read_documents(path: str, text_field: str) -> list[str]:
+    """The documents of a .jsonl file (--text-field of each object) or of a text file (one a line); a blank line
+    or a line without the field is one error naming the file and line, since skipping it would shift every later
+    row of the embeddings."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--input {path}: no such file; give a JSON Lines file or a text file, one document a line.")
+    lines = file.read_text(encoding="utf-8").splitlines()
+    documents = []
+    for number, line in enumerate(lines, start=1):
+        where = f"{path}:{number}"
+        if not line.strip():
+            raise UsageError(f"{where}: a blank line; give one document a line, with no blank lines between.")
+        if file.suffix != ".jsonl":
+            documents.append(line)
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{where}: not a JSON object ({error.msg}); a .jsonl file holds one a line.") from error
+        if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+            raise UsageError(f"{where}: no text under {text_field!r}; name the field with --text-field.")
+        documents.append(row[text_field])
+    if not documents:
+        raise UsageError(f"--input {path} holds no documents.")
+    return documents
+
+
+def input_digest(path: str, text_field: str) -> str:
+    digest = hashlib.sha256(Path(path).read_bytes())
+    digest.update(text_field.encode())
+    return digest.hexdigest()
+
+
+def load_model(name: str, device: str, max_seq_length: int | None) -> Any:
+    """The sentence-transformers model `name` reading `max_seq_length` tokens (default: its own limit), checked
+    against what its encoder can read before any document is embedded."""
+    require_sentence_transformers()
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(resolve_model(name), device=device)
+    encoder = model[0].auto_model
+    tisa = tisa_config_of(encoder)
+    if max_seq_length is not None or not reads_any_length(tisa):
+        default = None if reads_any_length(tisa) else model.max_seq_length
+        model.max_seq_length = check_reading_limit(model_table_length(encoder), tisa, max_seq_length, default)
+    return model
+
+
+def read_lengths(tokenizer: Any, documents: list[str]) -> list[int]:
+    """Each document's tokens, special tokens counted, as the model's tokenizer cuts nothing."""
+    counted = tokenizer(documents, add_special_tokens=True, verbose=False)  # no "longer than the maximum" warning
+    return [len(ids) for ids in counted["input_ids"]]
+
+
+class PartState:
+    """The run's state file: its settings, the finished parts, and the totals the throughput is computed from."""
+
+    def __init__(self, out: Path, settings: dict[str, Any], overwrite: bool) -> None:
+        self.path = out / STATE_FILE
+        self.record = resumable_record(self.path, settings, overwrite, what="input, model or settings") or {
+            "settings": settings,
+            "parts": 0,
+            "documents": 0,
+            "tokens_read": 0,
+            "documents_cut": 0,
+            "wall_time_s": 0.0,
+        }
+
+    def add_part(self, documents: int, tokens_read: int, documents_cut: int, wall_time_s: float) -> None:
+        record = self.record
+        record["parts"] += 1
+        record["documents"] += documents
+        record["tokens_read"] += tokens_read
+        record["documents_cut"] += documents_cut
+        record["wall_time_s"] += wall_time_s
+        write_record(record, self.path)
+
+    def throughput(self) -> dict[str, float]:
+        seconds = max(self.record["wall_time_s"], 1e-9)
+        return {
+            "documents_per_s": round(self.record["documents"] / seconds, 3),
+            "tokens_per_s": round(self.record["tokens_read"] / seconds, 1),
+        }
+
+
+def part_path(out: Path, index: int) -> Path:
+    return out / PARTS_FOLDER / f"{index:05d}.npy"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_out_folder(args.out)
+    out = Path(args.out)
+    documents = read_documents(args.input, args.text_field)
+    devices = args.devices or ["cuda" if torch.cuda.is_available() else "cpu"]
+    settings = {
+        "model": args.model,
+        "input": str(args.input),
+        "input_sha256": input_digest(args.input, args.text_field),
+        "text_field": args.text_field,
+        "max_seq_length": args.max_seq_length,
+        "part_size": args.part_size,
+        "batch_size": args.batch_size,
+    }
+    check_writable(out)
+    state = PartState(out, settings, args.overwrite)
+    model = load_model(args.model, devices[0], args.max_seq_length)
+    limit = model.max_seq_length
+    starts = range(0, len(documents), args.part_size)
+    pool = model.start_multi_process_pool(devices) if len(devices) > 1 else None
+    try:
+        for index, start in enumerate(starts):
+            if index < state.record["parts"]:
+                continue
+            part = documents[start : start + args.part_size]
+            lengths = read_lengths(model.tokenizer, part)
+            started = time.perf_counter()
+            embeddings = model.encode_document(
+                part, batch_size=args.batch_size, pool=pool, convert_to_numpy=True, show_progress_bar=False
+            )
+            elapsed = time.perf_counter() - started
+            save_array(part_path(out, index), embeddings.astype(np.float32))
+            state.add_part(len(part), sum(min(n, limit) for n in lengths), sum(n > limit for n in lengths), elapsed)
+            logger.info(
+                "part %d/%d: %d/%d documents, %.2f documents a second, %.0f tokens a second",
+                index + 1, len(starts), state.record["documents"], len(documents),
+                *state.throughput().values(),
+            )  # fmt: skip
+    finally:
+        if pool is not None:
+            model.stop_multi_process_pool(pool)
+    save_array(out / EMBEDDINGS_FILE, np.concatenate([np.load(part_path(out, i)) for i in range(len(starts))]))
+    record = state.record
+    record.update(
+        reads_tokens=limit,
+        devices=devices,
+        throughput=state.throughput(),
+        versions=versions(),
+        machine=machine(torch.device(devices[0])),
+    )
+    write_record(record, state.path)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = encode_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    record = run(args)
+    rate = record["throughput"]
+    print(
+        f"{record['documents']} documents embedded into {Path(args.out) / EMBEDDINGS_FILE} "
+        f"({rate['documents_per_s']} documents a second, {rate['tokens_per_s']:.0f} tokens a second)."
+    )
+    if record["documents_cut"]:
+        print(
+            f"{record['documents_cut']} of {record['documents']} documents are longer than the model reads "
+            f"({record['reads_tokens']} tokens) and were cut there; a TISA replace-mode model reads them whole "
+            "(tisa-hf adapt; --max-seq-length sets how far)."
+        )
+    return 0
