@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 from embedding_fixtures import WORDS, parse_systems_then_options, record_loaded_systems, write_tiny_encoder
 
 from tisa_hf.errors import UsageError
@@ -182,3 +184,98 @@ def qmsum_tokenized_queries(workspace) -> list[list[int]]:
     from embedding_fixtures import tiny_tokenizer
 
     return tiny_tokenizer()(read_meetings(workspace / "qmsum").queries)["input_ids"]
+
+
+def reference_best_windows(model, documents, queries, windows_of) -> np.ndarray:
+    """Each query's cosine with each document's best window, from the transformers model directly."""
+    from embedding_fixtures import direct_embedding
+
+    query_vectors = torch.stack([direct_embedding(model, ids) for ids in queries])
+    scores = [(query_vectors @ windows_of(document).T).max(dim=1).values for document in documents]
+    return torch.stack(scores, dim=1).numpy()
+
+
+def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_path):
+    """max:chunk: the chunks' own embeddings; max:MODEL read whole: the mean of the whole document's token states
+    over the same windows (30 tokens between [CLS] and [SEP] for a 32-position table)."""
+    from embedding_fixtures import direct_embedding, tiny_tokenizer
+    from transformers import AutoModel
+
+    from tisa_hf.common.pooling import chunks_of
+    from tisa_hf.config import TisaConfig
+
+    tiny = str(workspace / "tiny")
+    chunked, whole = f"max:chunk:{tiny}", f"max:tisa:replace:2:{tiny}"
+    record = qmsum.run(arguments(workspace, tmp_path / "out", chunked, whole))
+    meetings = read_meetings(workspace / "qmsum")
+    tokenizer = tiny_tokenizer()
+    documents = [qmsum.cut(ids, 200) for ids in tokenizer(meetings.documents)["input_ids"]]
+    queries = tokenizer(meetings.queries)["input_ids"]
+
+    plain = AutoModel.from_pretrained(tiny).eval()
+    expected = reference_best_windows(
+        plain, documents, queries, lambda ids: torch.stack([direct_embedding(plain, c) for c in chunks_of(ids, 32)])
+    )
+    got = np.load(qmsum.scores_path(tmp_path / "out", chunked, "qmsum"))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+    patched = AutoModel.from_pretrained(tiny, tisa=TisaConfig(num_kernels=2, mode="replace")).eval()
+
+    def windows_in_context(ids):
+        with torch.no_grad():
+            body = patched(input_ids=torch.tensor([ids])).last_hidden_state[0, 1:-1]
+        return F.normalize(torch.stack([body[start : start + 30].mean(0) for start in range(0, len(body), 30)]), dim=-1)
+
+    expected = reference_best_windows(patched, documents, queries, windows_in_context)
+    got = np.load(qmsum.scores_path(tmp_path / "out", whole, "qmsum"))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+    assert record["results"][whole]["ranks"] == answer_ranks(got, meetings.answers)
+    windows = [-(-(len(ids) - 2) // 30) for ids in documents]
+    assert record["results"][chunked]["throughput"]["vectors_per_document"] == round(float(np.mean(windows)), 1)
+
+
+def test_an_interrupted_max_readout_resumes_with_its_windows(workspace, tmp_path, monkeypatch):
+    chunked = f"max:chunk:{workspace / 'tiny'}"
+    whole = qmsum.run(arguments(workspace, tmp_path / "whole", chunked))
+    read_windows = qmsum.Embedder.read_windows
+    calls = []
+
+    def failing(self, document):
+        calls.append(len(document))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return read_windows(self, document)
+
+    monkeypatch.setattr(qmsum.Embedder, "read_windows", failing)
+    with pytest.raises(KeyboardInterrupt):
+        qmsum.run(arguments(workspace, tmp_path / "out", chunked))
+    state = next((tmp_path / "out" / "embeddings").glob("*.json"))
+    assert json.loads(state.read_text())["documents"] == 2 and len(json.loads(state.read_text())["windows"]) == 2
+    monkeypatch.setattr(qmsum.Embedder, "read_windows", read_windows)
+    resumed = qmsum.run(arguments(workspace, tmp_path / "out", chunked))
+    np.testing.assert_array_equal(
+        np.load(qmsum.scores_path(tmp_path / "out", chunked, "qmsum")),
+        np.load(qmsum.scores_path(tmp_path / "whole", chunked, "qmsum")),
+    )
+    assert resumed["results"][chunked]["ranks"] == whole["results"][chunked]["ranks"]
+
+
+def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):
+    from tisa_hf.common.spellings import parse_spelling
+    from tisa_hf.embeddings.longembed import prepare
+    from tisa_hf.embeddings.options import longembed_parser
+
+    tiny = str(workspace / "tiny")
+    assert parse_spelling(f"max:chunk:{tiny}").readout == "max"
+    with pytest.raises(UsageError) as error:
+        parse_spelling(f"max:trunc:{tiny}")
+    assert str(error.value) == (
+        f"max:trunc:{tiny}: a truncated document is one window; max: reads MODEL, chunk:MODEL or interp:MODEL."
+    )
+    args = longembed_parser().parse_args([f"max:chunk:{tiny}", "--out", str(tmp_path / "le"), "--lengths", "32"])
+    with pytest.raises(UsageError) as error:
+        prepare(args)
+    assert str(error.value) == (
+        f"max:chunk:{tiny}: tisa-hf longembed reads one vector a text; the max: read-out is measured by tisa-hf "
+        "qmsum and tisa-hf spans."
+    )

@@ -75,7 +75,7 @@ class ModelSpec:
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
         spelling = parse_spelling(spec)
-        if spelling.reading not in ("full", "interp") or spelling.tisa is not None:
+        if spelling.reading not in ("full", "interp") or spelling.tisa is not None or spelling.readout != "mean":
             raise UsageError(f"{spec}: lm-eval reads a checkpoint whole or interpolated (interp:MODEL).")
         interpolated = spelling.reading == "interp"
         facts = CheckpointFacts.read(spelling.model, "model")

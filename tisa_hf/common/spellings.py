@@ -8,6 +8,11 @@ position table, or which TISA it is given:
 - `interp:MODEL`: linear position interpolation of the table to the input's length (`interpolation.py`).
 - `tisa:MODE:S:MODEL`: MODEL given TISA with S kernels in MODE, fitted to its positional profiles and not adapted
   (`tisa:replace:5:minilm`).
+
+`max:` before any of these (but `trunc:`, which reads one window) keeps a document as several vectors, one per
+window of T - 2 tokens, and scores it by its best window (the retrieval commands' multi-vector read-out): the
+chunks' own embeddings for `max:chunk:MODEL`, the mean of the whole document's token states over each window for a
+whole read (`max:MODEL`, `max:interp:MODEL`), so that the two differ only in whether a window was read in context.
 """
 
 from __future__ import annotations
@@ -21,28 +26,33 @@ TRUNCATION_PREFIX = "trunc:"
 CHUNKING_PREFIX = "chunk:"
 INTERPOLATION_PREFIX = "interp:"
 TISA_PREFIX = "tisa:"
+MAX_PREFIX = "max:"
 # The prefixes that choose how a model reads an input past its table, and the reading's name
 READINGS = {TRUNCATION_PREFIX: "trunc", CHUNKING_PREFIX: "chunk", INTERPOLATION_PREFIX: "interp"}
 
 
 @dataclass(frozen=True)
 class Spelling:
-    """A model as spelled: how it reads (`full`, `trunc`, `chunk`, `interp`), the model, and the TISA it is given
-    here (`tisa:` spellings; None: its own)."""
+    """A model as spelled: how it reads (`full`, `trunc`, `chunk`, `interp`), the model, the TISA it is given
+    here (`tisa:` spellings; None: its own), and its read-out (`mean`: one vector a document; `max`: `max:`)."""
 
     reading: str
     model: str
     tisa: TisaConfig | None = None
+    readout: str = "mean"
 
 
 def parse_spelling(spec: str) -> Spelling:
-    reading, model, tisa = "full", spec, None
+    readout, rest = ("max", spec.removeprefix(MAX_PREFIX)) if spec.startswith(MAX_PREFIX) else ("mean", spec)
+    reading, model, tisa = "full", rest, None
     for prefix, name in READINGS.items():
-        if spec.startswith(prefix):
-            reading, model = name, spec.removeprefix(prefix)
-    if spec.startswith(TISA_PREFIX):
-        mode, kernels, model = (spec.removeprefix(TISA_PREFIX).split(":", 2) + ["", ""])[:3]
+        if rest.startswith(prefix):
+            reading, model = name, rest.removeprefix(prefix)
+    if readout == "max" and reading == "trunc":
+        raise UsageError(f"{spec}: a truncated document is one window; max: reads MODEL, chunk:MODEL or interp:MODEL.")
+    if rest.startswith(TISA_PREFIX):
+        mode, kernels, model = (rest.removeprefix(TISA_PREFIX).split(":", 2) + ["", ""])[:3]
         if mode not in ("add", "replace") or not kernels.isdigit() or not model:
             raise UsageError(f"{spec}: write tisa:MODE:S:MODEL, MODE add or replace and S a whole number.")
         tisa = TisaConfig(num_kernels=int(kernels), mode=mode)
-    return Spelling(reading, model, tisa)
+    return Spelling(reading, model, tisa, readout)

@@ -49,6 +49,7 @@ from .systems import (
     RetrievalSystem,
     SystemSpec,
     check_hybrid_parts,
+    check_single_vector,
     check_system_names,
     dense_systems,
     parse_system,
@@ -115,6 +116,7 @@ def prepare(args: argparse.Namespace) -> Evaluation:
     models = dense_systems(systems)
     if not models:
         raise UsageError("Give a model among the systems: the documents are built from its tokenizer's tokens.")
+    check_single_vector(models, "tisa-hf longembed")
     for spec in models:
         spec.check_lengths(settings["lengths"])
     tokenizer = shared_tokenizer(models)

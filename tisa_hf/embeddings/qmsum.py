@@ -23,6 +23,7 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,36 +180,48 @@ def pending_systems(task: Task, out: Path) -> list[RetrievalSystem]:
 
 
 def embed_documents(
-    embedder: Embedder, documents: list[list[int]], folder: Path, name: str, fingerprint: str
+    read: Callable[[list[int]], np.ndarray], documents: list[list[int]], folder: Path, name: str, fingerprint: str
 ) -> dict[str, Any]:
-    """The documents' embeddings, one document at a time in order, kept in `folder` after each (with the time and
-    tokens spent so far), resuming from what is there when it was made of the same tokens (`fingerprint`);
-    returns the embeddings and the totals."""
+    """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, or one per window for
+    the max: read-out), one document at a time in order, kept in `folder` after each (with the time and tokens
+    spent so far, and the rows of each document where there can be several), resuming from what is there when it
+    was made of the same tokens (`fingerprint`); returns the rows in order, each document's row count and the
+    totals."""
     array, state = folder / f"{name}.npy", folder / f"{name}.json"
     done = json.loads(state.read_text()) if state.is_file() else {}
     if done.get("tokens_sha256") != fingerprint:
         done = {}
-    rows = list(np.load(array)[: done["documents"]]) if done else []
+    counts = done.get("windows", [1] * done.get("documents", 0))
+    rows = list(np.load(array)[: sum(counts)]) if done else []
     totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
     if rows:
-        logger.info("%s: %d of %d documents embedded before, resuming", name, len(rows), len(documents))
+        logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
     interactive = sys.stderr.isatty()
-    bar = tqdm(total=len(documents), initial=len(rows), desc=name, disable=not interactive)
-    for document in documents[len(rows) :]:
+    bar = tqdm(total=len(documents), initial=len(counts), desc=name, disable=not interactive)
+    for document in documents[len(counts) :]:
         started, cpu_started = time.perf_counter(), time.process_time()
-        rows.append(embedder.read([document])[0].numpy())
+        vectors = read(document)
+        rows.extend(vectors)
+        counts.append(len(vectors))
         totals["wall_time_s"] += time.perf_counter() - started
         totals["cpu_time_s"] += time.process_time() - cpu_started
         totals["documents"] += 1
         totals["tokens"] += len(document)
         save_array(array, np.stack(rows))
-        state.write_text(json.dumps({**totals, "tokens_sha256": fingerprint}))
+        several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
+        state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
         bar.update()
         if not interactive and totals["documents"] % LOG_EVERY == 0:
             rate = totals["documents"] / totals["wall_time_s"]
-            logger.info("%s: %d/%d documents, %.2f a second", name, len(rows), len(documents), rate)
+            logger.info("%s: %d/%d documents, %.2f a second", name, len(counts), len(documents), rate)
     bar.close()
-    return {"embeddings": np.stack(rows), **totals}
+    return {"embeddings": np.stack(rows), "windows": counts, **totals}
+
+
+def best_window_scores(queries: np.ndarray, rows: np.ndarray, windows: list[int]) -> np.ndarray:
+    """(queries, documents): each document's best window's cosine similarity to each query."""
+    starts = np.cumsum([0, *windows[:-1]])
+    return np.maximum.reduceat(queries @ rows.T, starts, axis=1)
 
 
 def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -222,7 +235,10 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
     embedder = Embedder(system, max(map(len, task.documents)), device, args.batch_tokens)
     queries = embedder.read(task.query_ids).numpy()
     fingerprint = task.record["settings"]["tokens_sha256"]
-    documents = embed_documents(embedder, task.documents, out / EMBEDDINGS_FOLDER, file_name(system.spec), fingerprint)
+    documents = embed_documents(
+        lambda document: embedder.document_vectors(document).numpy(),
+        task.documents, out / EMBEDDINGS_FOLDER, file_name(system.spec), fingerprint,
+    )  # fmt: skip
     throughput = {
         "documents": documents["documents"],
         "document_tokens": documents["tokens"],
@@ -231,7 +247,12 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         "documents_per_s": round(documents["documents"] / documents["wall_time_s"], 3),
         "tokens_per_s": round(documents["tokens"] / documents["wall_time_s"], 1),
     }
-    return {"scores": queries @ documents["embeddings"].T, "throughput": throughput}
+    if system.readout == "max":
+        scores = best_window_scores(queries, documents["embeddings"], documents["windows"])
+        throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)
+    else:
+        scores = queries @ documents["embeddings"].T
+    return {"scores": scores, "throughput": throughput}
 
 
 def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int) -> dict[str, Any]:

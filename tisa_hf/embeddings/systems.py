@@ -14,6 +14,8 @@ otherwise mean pooling) read in one of these ways:
 Queries are read the same way as documents.
 - `tisa:MODE:S:MODEL`: MODEL given TISA with S kernels in MODE, fitted to its positional profiles and not
   adapted (`tisa:replace:5:minilm`).
+- `max:` before a spelling (the retrieval commands `qmsum` and `spans`): a document is one vector per window of
+  T - 2 tokens (`read_windows`) and its score is its best window's; the query is one vector as usual.
 Every embedding is normalised, and documents are ranked by cosine similarity to the query.
 
 Two systems embed nothing (the retrieval commands take them; `lexical.py`, `ranking.py`):
@@ -35,7 +37,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.interpolation import PositionInterpolation
-from ..common.pooling import chunk_average
+from ..common.pooling import chunk_average, chunks_of
 from ..common.sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
 from ..common.spellings import TISA_PREFIX, parse_spelling
 from ..config import TisaConfig
@@ -48,12 +50,13 @@ HYBRID_PREFIX = "hybrid:"
 @dataclass(frozen=True)
 class SystemSpec:
     """A compared system: `spec` as given, how it reads a document (`full`, `trunc`, `chunk`, `interp`), the
-    model's facts and the TISA it is given here (`tisa:` spellings)."""
+    model's facts, the TISA it is given here (`tisa:` spellings) and its read-out (`mean` or `max`)."""
 
     spec: str
     reading: str
     facts: CheckpointFacts
     tisa: TisaConfig | None = None
+    readout: str = "mean"
 
     @classmethod
     def parse(cls, spec: str) -> SystemSpec:
@@ -65,7 +68,7 @@ class SystemSpec:
             raise UsageError(f"{spec}: {error}") from None
         if (tisa is not None or reading == "interp") and facts.tisa is not None:
             raise UsageError(f"{spec}: {model} already has TISA ({facts.tisa}); give the model it was made from.")
-        return cls(spec, reading, facts, tisa)
+        return cls(spec, reading, facts, tisa, spelling.readout)
 
     @property
     def table_length(self) -> int:
@@ -240,3 +243,32 @@ class Embedder:
             return chunk_average(self.embed, sequences, table, progress)
         self._stretch(length)  # interpolation: at most the table's length reads the original table
         return self.embed(sequences, progress)
+
+    def document_vectors(self, document: list[int]) -> torch.Tensor:
+        """The document as this system keeps it: one row, or with the `max:` read-out one per window."""
+        return self.read_windows(document) if self.spec.readout == "max" else self.read([document])
+
+    @torch.no_grad()
+    def read_windows(self, document: list[int]) -> torch.Tensor:
+        """The document as (windows, dim) normalised vectors, one per window of T - 2 tokens (T: the position
+        table), at the chunks' boundaries: the chunks' own embeddings for `chunk:`, else the mean of the whole
+        document's token states over each window's tokens."""
+        table = self.spec.table_length
+        if self.spec.reading == "chunk":
+            return self.embed(chunks_of(document, table))
+        self._stretch(len(document))
+        input_ids = torch.tensor([document], device=self.model.device)
+        states = self.model({"input_ids": input_ids})["token_embeddings"][0].float()
+        body, step = states[1:-1], table - 2
+        windows = torch.stack([body[start : start + step].mean(0) for start in range(0, len(body), step)])
+        return F.normalize(windows, dim=-1).cpu()
+
+
+def check_single_vector(systems: list[SystemSpec], command: str) -> None:
+    """`command` reads one vector a text: a `max:` read-out is refused before any model loads."""
+    for system in systems:
+        if system.readout != "mean":
+            raise UsageError(
+                f"{system.spec}: {command} reads one vector a text; the max: read-out is measured by tisa-hf qmsum "
+                "and tisa-hf spans."
+            )
