@@ -38,7 +38,8 @@
 #             commits as it goes resumes on any machine;
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
 #             their article among 61), the same systems as qmsum and the long-range variants that exist
-#             (s5-far, s5-all-lscale), into docs/results/longdoc/spans-minilm; variants are chosen here and on
+#             (s5-far, s5-all-lscale), each also with the max: read-out (one vector a window; chunking and
+#             interpolation too), into docs/results/longdoc/spans-minilm; variants are chosen here and on
 #             passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 # QMSUM_RECORDS and SPANS_RECORDS move the two record folders (default: under docs/results/longdoc).
@@ -183,21 +184,33 @@ stage_embed_32k() {
     retrieval --lengths 16384 32768 --documents 50 --queries 25 --out runs/longembed-minilm-32k
 }
 
-corpus_retrieval() {  # corpus_retrieval COMMAND OUT VARIANT...: BM25, the baselines, the adapted s5-all and s0-all
-    # and the named variants that exist, and BM25 fused with each dense system, paired to BM25 and each baseline
-    local command=$1 out=$2 adapted dense=("${BASELINES[@]}") system hybrids=() wanted=(s5-all s0-all)
+corpus_retrieval() {  # corpus_retrieval COMMAND OUT [--max] VARIANT...: BM25, the baselines, the adapted s5-all and
+    # s0-all and the named variants that exist, and BM25 fused with each dense system, paired to BM25 and each
+    # baseline; with --max also every dense system but truncation with the max: read-out (one vector a window),
+    # paired to max:chunk:minilm too
+    local command=$1 out=$2 adapted dense=("${BASELINES[@]}") system hybrids=() wanted=(s5-all s0-all) windows=()
+    local references=(bm25 "${BASELINES[@]}")
     shift 2
+    if [[ ${1:-} == --max ]]; then
+        shift
+        windows=(chunk:minilm interp:minilm)
+        references+=(max:chunk:minilm)
+    fi
     wanted+=("$@")
     mapfile -t adapted < <(adapted_models)
     for system in "${adapted[@]}"; do
-        [[ " ${wanted[*]} " == *" $(basename "$system") "* ]] && dense+=("$system")
+        if [[ " ${wanted[*]} " == *" $(basename "$system") "* ]]; then
+            dense+=("$system")
+            ((${#windows[@]} == 0)) || windows+=("$system")
+        fi
     done
+    for system in "${windows[@]}"; do dense+=("max:$system"); done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
-    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired bm25 "${BASELINES[@]}"
+    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired "${references[@]}"
 }
 
 stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS"; }
-stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" s5-far s5-all-lscale; }
+stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" --max s5-far s5-all-lscale; }
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
