@@ -15,6 +15,7 @@ sentence-transformers model too (`sentence_output.py`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,17 @@ from ..config import TisaConfig
 from ..errors import UsageError
 from ..finetune.arguments import ModelArguments
 from ..finetune.preflight import RunPlan, plan_run
-from ..finetune.recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
-from ..finetune.trainer import TrainingStage, micro_batch_size, resolve_schedule, train_dataloader
+from ..finetune.recipe import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    prepare_training,
+    resolve_settings,
+    run_record,
+    started_run,
+)
+from ..finetune.trainer import TrainingStage, fit, micro_batch_size, resolve_schedule, train_dataloader
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, check_mlm_head_module, mlm_head_of
 from .sentence_output import reading_length_line, sentence_output_limit
@@ -343,57 +353,50 @@ def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_si
     return record
 
 
-class Adaptation(Task):
-    """Adapting an encoder to TISA on plain text: a curriculum of block lengths, the objective's held-out loss as
-    its evaluation, and the student (the model inside the objective) as the saved model."""
-
-    name = project = "adapt"
-
-    def plan(self) -> RunPlan:
-        # The steps are always given: this resolves the warm-up ratio, before the run folder is checked.
-        self.args = resolve_schedule(self.args, num_batches=self.args.max_steps)
-        self.adaptation = plan_adaptation(*self.settings)
-        return self.adaptation.run
-
-    def load_model(self, plan: RunPlan, accelerator: Accelerator):
-        objective = build_objective(self.adaptation, self.tisa_args, self.task_args)
-        if isinstance(objective, DistillationObjective):
-            objective.teacher.to(accelerator.device)
-        tokenizer, limit = self.adaptation.tokenizer, self.adaptation.sentence_limit
-        # saved with the model: a sentence-transformers model's tokenizer records how many tokens it reads
-        return objective, tokenizer if limit is None else reading_tokenizer(tokenizer, limit)
-
-    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
-        return TaskData(
-            training_stages(self.adaptation, self.task_args, batch_size, self.args.seed),
-            held_out_loaders(self.adaptation, self.task_args, self.args.eval_batch_size),
-        )
-
-    def evaluator(self, accelerator: Accelerator, model: nn.Module, loaders: dict[int, DataLoader]):
-        return HeldOutLossEvaluator(accelerator, model, loaders)
-
-    def trained_model(self, model: nn.Module) -> PreTrainedModel:
-        return model.model  # the student inside the objective
-
-    def documents(self, record: dict[str, Any], model: PreTrainedModel, evaluator: Any, state: Any) -> dict[str, Any]:
-        record["adaptation"] = adaptation_record(self.adaptation, self.task_args, self.args.train_batch_size)
-        mark_adapted(model, record["model"], self.task_args.objective, self.task_args.train)
-        limit = self.adaptation.sentence_limit
-        if limit is not None and PartialState().is_main_process:  # beside the checkpoint the recipe saves next
-            base = self.adaptation.facts.path
-            write_sentence_transformer_modules(Path(self.args.output_dir), model.config.hidden_size, limit, base)
-            write_card(model, Path(self.args.output_dir), base, limit, record)
-        return {}
-
-
 def run(
     model_args: ModelArguments,
     tisa_args: AdaptTisaArguments,
     args: AdaptTrainingArguments,
     adapt_args: AdaptArguments,
 ) -> dict[str, Any]:
-    """One adaptation run; returns what it writes to metrics.json."""
-    return run_task(Adaptation(model_args, tisa_args, args, adapt_args))
+    """One adaptation run; returns what it writes to metrics.json. The saved model is the student inside the
+    objective, marked as adapted in its config."""
+    started = time.perf_counter()
+    # The steps are always given: this resolves the warm-up ratio, before the run folder is checked.
+    args = resolve_schedule(args, num_batches=args.max_steps)
+    adaptation = plan_adaptation(model_args, tisa_args, args, adapt_args)
+    plan, limit = adaptation.run, adaptation.sentence_limit
+
+    with started_run(args, plan) as (accelerator, batch_size):
+        objective = build_objective(adaptation, tisa_args, adapt_args)
+        if isinstance(objective, DistillationObjective):
+            objective.teacher.to(accelerator.device)
+        # saved with the model: a sentence-transformers model's tokenizer records how many tokens it reads
+        tokenizer = adaptation.tokenizer if limit is None else reading_tokenizer(adaptation.tokenizer, limit)
+        with accelerator.main_process_first():
+            train = training_stages(adaptation, adapt_args, batch_size, args.seed)
+            evaluation = held_out_loaders(adaptation, adapt_args, args.eval_batch_size)
+        args, config, _ = resolve_settings(accelerator, plan, (model_args, tisa_args, args, adapt_args), None)
+        objective, optimizer, scheduler, train, evaluation = prepare_training(
+            accelerator, objective, args, tisa_args.tisa_lr, train, evaluation
+        )
+        init_trackers(accelerator, "adapt", config)
+        evaluate = HeldOutLossEvaluator(accelerator, objective, evaluation)
+        state = fit(
+            accelerator, objective, optimizer, scheduler, train, evaluate, args,
+            resume_from=plan.resume_from, started=started,
+        )  # fmt: skip
+
+        student = accelerator.unwrap_model(objective).model
+        record = run_record("adapt", student, args, state, accelerator, config)
+        record["adaptation"] = adaptation_record(adaptation, adapt_args, args.train_batch_size)
+        mark_adapted(student, record["model"], adapt_args.objective, adapt_args.train)
+        if limit is not None and accelerator.is_main_process:  # beside the checkpoint `finish_run` saves
+            base, output_dir = adaptation.facts.path, Path(args.output_dir)
+            write_sentence_transformer_modules(output_dir, student.config.hidden_size, limit, base)
+            write_card(student, output_dir, base, limit, record)
+        finish_run(accelerator, student, tokenizer, args, record)
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:

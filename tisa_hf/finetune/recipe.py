@@ -1,9 +1,11 @@
-"""The recipe every run shares (`tisa-hf glue`, `squad`, `classify`, `adapt`): a `Task` says what its kind of run adds
-(data, model, evaluator, the score that ranks evaluations, documents to save) and `run_task` does the rest in one
-order: check (`preflight.plan_run` and the task's own checks), start (the run folder's writer lock, the seed), load,
-prepare, train (`trainer.fit`), record and save, upload. A new task is a `Task` subclass in a `*_task.py` module and
-a `Command` in `tisa_hf/cli.py`. Also here: loading a model for a run, the metrics.json record and the command-line
-wrapper.
+"""The building blocks every training run shares (`tisa-hf glue`, `squad`, `classify`, `adapt`), as plain
+functions that each task's `run` calls in one order, top to bottom as transformers' `run_glue.py` does: check
+(`preflight.plan_run` and the task's own checks, before any weights load), start (`started_run`: the run folder's
+writer lock, the seed), load (`load_model_and_tokenizer`), prepare the data on the main process first, resolve the
+schedule into run_config.yaml (`resolve_settings`), wrap for the processes (`prepare_training`), train
+(`trainer.fit`), record (`run_record`) and save (`finish_run`). The order matters: it is the order in which a run
+draws from the random-number generators. A new task copies a `task.py` and edits its `run`. Also here: the
+command-line wrapper (`command_main`).
 """
 
 from __future__ import annotations
@@ -11,17 +13,16 @@ from __future__ import annotations
 import gc
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import AutoTokenizer
 
 from ..common.head_loading import load_under_head
 from ..common.hub_access import loading_errors, model_remedy
@@ -39,17 +40,17 @@ from .preflight import RunPlan
 from .push import UploadError, push_run
 from .run_folder import RunFolder
 from .trainer import (
-    Score,
     TrainerState,
     TrainingStage,
     build_accelerator,
     build_optimizer,
     check_rng_state,
-    fit,
     micro_batch_size,
     optimizer_steps_per_epoch,
     resolve_schedule,
 )
+
+TrainData = DataLoader | list[TrainingStage]  # one loader for every step, or a curriculum's stages
 
 
 def load_model_and_tokenizer(auto_class: type, plan: RunPlan, tisa_args: TisaArguments, **config: Any):
@@ -105,10 +106,11 @@ def save_run_config(accelerator: Accelerator, plan: RunPlan, output_dir: str, co
 
 def resolve_settings(
     accelerator: Accelerator, plan: RunPlan, settings: tuple[Any, ...], num_batches: int | None
-) -> tuple[tuple[Any, ...], dict[str, Any], int | None]:
-    """Once the training data is loaded (`num_batches` micro-batches an epoch): the parsed settings with the step
-    and warm-up counts resolved (`resolve_schedule`), their flat config, written to run_config.yaml, and the
-    optimizer steps per epoch. A curriculum (`num_batches` None) has its schedule resolved already and no epochs."""
+) -> tuple[TrainingArguments, dict[str, Any], int | None]:
+    """Once the training data is loaded (`num_batches` micro-batches an epoch): the training arguments among the
+    parsed `settings` with the step and warm-up counts resolved (`resolve_schedule`), the flat config of all the
+    settings, written to run_config.yaml, and the optimizer steps per epoch. A curriculum (`num_batches` None) has
+    its schedule resolved already and no epochs."""
     if num_batches is not None:
         settings = tuple(
             resolve_schedule(value, num_batches) if isinstance(value, TrainingArguments) else value
@@ -118,8 +120,33 @@ def resolve_settings(
     config = resolved_config(*settings)
     save_run_config(accelerator, plan, args.output_dir, config)
     if num_batches is None:
-        return settings, config, None
-    return settings, config, optimizer_steps_per_epoch(num_batches, args.gradient_accumulation_steps)
+        return args, config, None
+    return args, config, optimizer_steps_per_epoch(num_batches, args.gradient_accumulation_steps)
+
+
+def prepare_training(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    args: TrainingArguments,
+    tisa_lr: float | None,
+    train: TrainData,
+    evaluation: dict[Any, DataLoader],
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, TrainData, dict[Any, DataLoader]]:
+    """AdamW and its schedule (`build_optimizer`, from the resolved `args`), then the model, optimizer, schedule,
+    training loaders (one, or one per curriculum stage) and dev loaders by name, in that order, through
+    `accelerator.prepare` (which places them on the device and shards the loaders over the processes); returns
+    them in the shapes given."""
+    optimizer, scheduler = build_optimizer(model, args, tisa_lr)
+    stages = [train] if isinstance(train, DataLoader) else [stage.dataloader for stage in train]
+    model, optimizer, scheduler, *loaders = accelerator.prepare(
+        model, optimizer, scheduler, *stages, *evaluation.values()
+    )
+    train_loaders, dev_loaders = loaders[: len(stages)], loaders[len(stages) :]
+    if isinstance(train, DataLoader):
+        train = train_loaders[0]
+    else:
+        train = [replace(stage, dataloader=loader) for stage, loader in zip(train, train_loaders, strict=True)]
+    return model, optimizer, scheduler, train, dict(zip(evaluation, dev_loaders, strict=True))
 
 
 def init_trackers(accelerator: Accelerator, project: str, config: dict[str, Any]) -> None:
@@ -200,113 +227,6 @@ def finish_run(
         tracker.finish()
     if upload_error is not None:
         raise upload_error
-
-
-class Evaluator(Protocol):
-    """A task's evaluation of the model being trained: the metrics of its dev data, {split or group: {name:
-    value}}, over all processes. Built once per run (`Task.evaluator`) and called by `fit` at every evaluation; an
-    evaluator may keep the latest call's outputs for the run's documents (GLUE's dev predictions)."""
-
-    def __call__(self) -> dict[str, Any]: ...
-
-
-@dataclass
-class TaskData:
-    """A task's prepared data: the training batches (one data loader, or stages of a curriculum) and the dev
-    data loaders by name, in the order `Task.evaluator` receives them."""
-
-    train: DataLoader | list[TrainingStage]
-    evaluation: dict[Any, DataLoader]
-
-    def loaders(self) -> list[DataLoader]:
-        train = [self.train] if isinstance(self.train, DataLoader) else [stage.dataloader for stage in self.train]
-        return [*train, *self.evaluation.values()]
-
-    def replace_loaders(self, loaders: list[DataLoader]) -> None:
-        """Puts the prepared (`accelerator.prepare`) loaders in place of the ones `loaders()` listed."""
-        if isinstance(self.train, DataLoader):
-            self.train, loaders = loaders[0], loaders[1:]
-        else:
-            for stage, loader in zip(self.train, loaders, strict=False):
-                stage.dataloader = loader
-            loaders = loaders[len(self.train) :]
-        self.evaluation = dict(zip(self.evaluation, loaders, strict=True))
-
-
-class Task:
-    """What one kind of run (GLUE, SQuAD, adaptation; a new task next) adds to the shared recipe, `run_task`.
-
-    The settings are the command's four parsed dataclasses (model, TISA, training and task arguments). A task
-    checks everything it can and reads its data in `plan`, before any model loads; then `run_task` starts the
-    run, calls `load_model`, `prepare_data` and `evaluator`, trains with `score` ranking the evaluations, and
-    saves `trained_model`, with `documents` beside metrics.json. `name` is metrics.json's task, `project` the
-    trackers' project."""
-
-    name: str
-    project: str
-    score: Score | None = None
-
-    def __init__(self, model_args: Any, tisa_args: Any, args: TrainingArguments, task_args: Any) -> None:
-        self.model_args, self.tisa_args, self.args, self.task_args = model_args, tisa_args, args, task_args
-
-    @property
-    def settings(self) -> tuple[Any, ...]:
-        return self.model_args, self.tisa_args, self.args, self.task_args
-
-    def plan(self) -> RunPlan:
-        """Checks the settings, the run folder, the model source and the data (read here); loads no weights."""
-        raise NotImplementedError
-
-    def load_model(self, plan: RunPlan, accelerator: Accelerator) -> tuple[torch.nn.Module, Any]:
-        """The model to train and the tokenizer to save with it."""
-        raise NotImplementedError
-
-    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
-        """The data loaders (on the main process first: cached tokenization is shared)."""
-        raise NotImplementedError
-
-    def evaluator(self, accelerator: Accelerator, model: torch.nn.Module, loaders: dict[Any, DataLoader]) -> Evaluator:
-        raise NotImplementedError
-
-    def trained_model(self, model: torch.nn.Module) -> PreTrainedModel:
-        """The model to save, from the trained (unwrapped) module."""
-        return model
-
-    def documents(
-        self, record: dict[str, Any], model: PreTrainedModel, evaluator: Evaluator, state: TrainerState
-    ) -> dict[str, Any]:
-        """The JSON documents saved beside metrics.json ({file name: content}); may add to `record` first."""
-        return {}
-
-
-def run_task(task: Task) -> dict[str, Any]:
-    """One run of `task`, the recipe every task shares: check (`Task.plan`), start (`started_run`: the writer
-    lock, seed), load the model, prepare the data, resolve the schedule into run_config.yaml, train (`fit`),
-    record and save (`finish_run`). Returns what it writes to metrics.json."""
-    started = time.perf_counter()
-    plan = task.plan()
-    with started_run(task.args, plan) as (accelerator, batch_size):
-        model, tokenizer = task.load_model(plan, accelerator)
-        with accelerator.main_process_first():
-            data = task.prepare_data(tokenizer, batch_size)
-        num_batches = len(data.train) if isinstance(data.train, DataLoader) else None
-        settings, config, steps_per_epoch = resolve_settings(accelerator, plan, task.settings, num_batches)
-        task.model_args, task.tisa_args, task.args, task.task_args = settings
-        args = task.args
-        optimizer, scheduler = build_optimizer(model, args, task.tisa_args.tisa_lr)
-        model, optimizer, scheduler, *loaders = accelerator.prepare(model, optimizer, scheduler, *data.loaders())
-        data.replace_loaders(loaders)
-        init_trackers(accelerator, task.project, config)
-        evaluate = task.evaluator(accelerator, model, data.evaluation)
-        state = fit(
-            accelerator, model, optimizer, scheduler, data.train, evaluate, args, task.score,
-            resume_from=plan.resume_from, started=started,
-        )  # fmt: skip
-        trained = task.trained_model(accelerator.unwrap_model(model))
-        record = run_record(task.name, trained, args, state, accelerator, config, steps_per_epoch)
-        documents = task.documents(record, trained, evaluate, state)
-        finish_run(accelerator, trained, tokenizer, args, record, documents)
-    return record
 
 
 def command_main(

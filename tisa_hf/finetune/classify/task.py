@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -29,15 +30,25 @@ from ...common.checkpoints import check_sequence_length
 from ...common.hub_access import loading_errors, model_remedy
 from ...common.interpolation import PositionInterpolation
 from ...errors import UsageError
+from ..arguments import ModelArguments, TisaArguments, TrainingArguments
 from ..predictions import RunPredictions, SplitPredictions
 from ..preflight import RunPlan, plan_run
-from ..recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
+from ..recipe import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    prepare_training,
+    resolve_settings,
+    run_record,
+    started_run,
+)
 from ..run_folder import DOCUMENTS_KEY, PREDICTIONS_FILE
-from ..trainer import TrainerState, train_dataloader
+from ..trainer import fit, train_dataloader
 from .data import DocumentData, load_documents
 from .labels import LabelVocabulary
 from .metrics import document_metrics, main_metric
-from .options import CLASSIFY_ARGUMENTS
+from .options import CLASSIFY_ARGUMENTS, DocumentDataArguments
 from .truncation import TruncationSummary, tokenize_documents
 
 logger = logging.getLogger(__name__)
@@ -106,80 +117,97 @@ def log_truncation(summaries: dict[str, TruncationSummary], max_length: int) -> 
         )  # fmt: skip
 
 
-class DocumentClassification(Task):
-    """Long-document classification: one label per document, scored by accuracy, macro-F1 and (binary tasks)
-    the positive class's F1; the validation split ranks evaluations, the test split scores the saved model."""
-
-    def plan(self) -> RunPlan:
-        data_args = self.task_args
-        self.name = self.project = HYPERPARTISAN if data_args.data_dir else DOCUMENTS
-        plan = plan_run(*self.settings)
-        self.check_length(plan)
-        self.data: DocumentData = load_documents(data_args)
-        metric = main_metric(self.data.labels)
-        self.score = lambda metrics: metrics[VALIDATION][metric]
-        return plan
-
-    def check_length(self, plan: RunPlan) -> None:
-        """Whether the model reads --max-seq-length tokens, from its config alone (no weights)."""
-        data_args, tisa = self.task_args, self.tisa_args.tisa_config()
-        with loading_errors(f"the model {plan.model.path}", model_remedy()):
-            config = AutoConfig.from_pretrained(plan.model.path, local_files_only=plan.model.local_files_only)
-        if not data_args.position_interpolation:
-            check_sequence_length(config, data_args.max_seq_length, tisa, self.model_args.model)
-        elif tisa is not None or getattr(config, "tisa", None):
-            raise UsageError(
-                f"--position-interpolation stretches the position table of a plain model; {self.model_args.model} "
-                f"{'is given TISA by --tisa.*' if tisa is not None else 'is a TISA checkpoint'}. Leave out one of them."
-            )
-
-    def load_model(self, plan: RunPlan, accelerator: Accelerator):
-        labels = self.data.labels
-        model, tokenizer = load_model_and_tokenizer(
-            AutoModelForSequenceClassification, plan, self.tisa_args, num_labels=labels.num_labels
+def check_length(
+    plan: RunPlan, model_args: ModelArguments, tisa_args: TisaArguments, data_args: DocumentDataArguments
+) -> None:
+    """Whether the model reads --max-seq-length tokens, from its config alone (no weights)."""
+    tisa = tisa_args.tisa_config()
+    with loading_errors(f"the model {plan.model.path}", model_remedy()):
+        config = AutoConfig.from_pretrained(plan.model.path, local_files_only=plan.model.local_files_only)
+    if not data_args.position_interpolation:
+        check_sequence_length(config, data_args.max_seq_length, tisa, model_args.model)
+    elif tisa is not None or getattr(config, "tisa", None):
+        raise UsageError(
+            f"--position-interpolation stretches the position table of a plain model; {model_args.model} "
+            f"{'is given TISA by --tisa.*' if tisa is not None else 'is a TISA checkpoint'}. Leave out one of them."
         )
-        model.config.id2label = labels.id2label()
-        model.config.label2id = {name: index for index, name in labels.id2label().items()}
-        if self.task_args.position_interpolation:
-            interpolate_positions(model, self.task_args.max_seq_length)
-        return model, tokenizer
 
-    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
-        encoded, self.truncation = tokenize_documents(self.data.splits, tokenizer, self.task_args.truncation_plan())
-        log_truncation(self.truncation, self.task_args.max_seq_length)
-        collate = DataCollatorWithPadding(tokenizer)
-        return TaskData(
-            train_dataloader(encoded["train"], batch_size, collate, self.args.seed),
-            {
-                split: DataLoader(encoded[split], batch_size=self.args.eval_batch_size, collate_fn=collate)
+
+def load_model(
+    plan: RunPlan, tisa_args: TisaArguments, data_args: DocumentDataArguments, labels: LabelVocabulary
+) -> tuple[PreTrainedModel, Any]:
+    """The classifier with the label names in its config, its position table stretched for
+    --position-interpolation; and the tokenizer."""
+    model, tokenizer = load_model_and_tokenizer(
+        AutoModelForSequenceClassification, plan, tisa_args, num_labels=labels.num_labels
+    )
+    model.config.id2label = labels.id2label()
+    model.config.label2id = {name: index for index, name in labels.id2label().items()}
+    if data_args.position_interpolation:
+        interpolate_positions(model, data_args.max_seq_length)
+    return model, tokenizer
+
+
+def documents_record(data: DocumentData, truncation: dict[str, TruncationSummary]) -> dict[str, Any]:
+    """metrics.json's `documents`: where they came from, the classes, what truncation cut per split."""
+    return {
+        "data": data.description,
+        "labels": list(data.labels.names),
+        "positive": data.labels.positive,
+        "main_metric": main_metric(data.labels),
+        "truncation": {split: dataclasses.asdict(summary) for split, summary in truncation.items()},
+    }
+
+
+def run(
+    model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, data_args: DocumentDataArguments
+) -> dict[str, Any]:
+    """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source, sequence
+    length and data are all checked before the model is loaded. The validation split ranks evaluations, the test
+    split scores the saved model."""
+    started = time.perf_counter()
+    name = HYPERPARTISAN if data_args.data_dir else DOCUMENTS
+    plan = plan_run(model_args, tisa_args, args, data_args)
+    check_length(plan, model_args, tisa_args, data_args)
+    data = load_documents(data_args)
+    metric = main_metric(data.labels)
+
+    with started_run(args, plan) as (accelerator, batch_size):
+        model, tokenizer = load_model(plan, tisa_args, data_args, data.labels)
+        with accelerator.main_process_first():  # the other processes then read the cached tokenization
+            encoded, truncation = tokenize_documents(data.splits, tokenizer, data_args.truncation_plan())
+            log_truncation(truncation, data_args.max_seq_length)
+            collate = DataCollatorWithPadding(tokenizer)
+            train = train_dataloader(encoded["train"], batch_size, collate, args.seed)
+            evaluation = {
+                split: DataLoader(encoded[split], batch_size=args.eval_batch_size, collate_fn=collate)
                 for split in (VALIDATION, TEST)
                 if split in encoded
-            },
+            }
+        args, config, steps_per_epoch = resolve_settings(
+            accelerator, plan, (model_args, tisa_args, args, data_args), len(train)
         )
+        model, optimizer, scheduler, train, evaluation = prepare_training(
+            accelerator, model, args, tisa_args.tisa_lr, train, evaluation
+        )
+        init_trackers(accelerator, name, config)
+        ids = {split: list(data.splits[split]["id"]) for split in evaluation}
+        evaluate = DocumentEvaluator(accelerator, model, data.labels, evaluation, ids)
+        state = fit(
+            accelerator, model, optimizer, scheduler, train, evaluate, args,
+            lambda metrics: metrics[VALIDATION][metric],  # the validation split's main metric ranks evaluations
+            resume_from=plan.resume_from, started=started,
+        )  # fmt: skip
 
-    def evaluator(self, accelerator: Accelerator, model: torch.nn.Module, loaders: dict[str, DataLoader]):
-        ids = {split: list(self.data.splits[split]["id"]) for split in loaders}
-        return DocumentEvaluator(accelerator, model, self.data.labels, loaders, ids)
-
-    def documents(self, record: dict[str, Any], model: Any, evaluator: Any, state: TrainerState) -> dict[str, Any]:
-        test = evaluator.test()
+        trained = accelerator.unwrap_model(model)
+        record = run_record(name, trained, args, state, accelerator, config, steps_per_epoch)
+        test = evaluate.test()
         if test is not None:  # a copy: `record["metrics"]` is the history's last evaluation when that is the model's
             record["metrics"] = {**record["metrics"], TEST: test}
-        labels = self.data.labels
-        record[DOCUMENTS_KEY] = {
-            "data": self.data.description,
-            "labels": list(labels.names),
-            "positive": labels.positive,
-            "main_metric": main_metric(labels),
-            "truncation": {split: dataclasses.asdict(summary) for split, summary in self.truncation.items()},
-        }
-        return {PREDICTIONS_FILE: RunPredictions(self.name, state.model_step, evaluator.outputs).to_json()}
-
-
-def run(*settings: Any) -> dict[str, Any]:
-    """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source, sequence
-    length and data are all checked before the model is loaded."""
-    return run_task(DocumentClassification(*settings))
+        record[DOCUMENTS_KEY] = documents_record(data, truncation)
+        predictions = RunPredictions(name, state.model_step, evaluate.outputs).to_json()
+        finish_run(accelerator, trained, tokenizer, args, record, {PREDICTIONS_FILE: predictions})
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import datasets
@@ -22,10 +23,19 @@ from ..arguments import ModelArguments, TisaArguments, TrainingArguments
 from ..input_lengths import check_input_lengths
 from ..predictions import RunPredictions, SplitPredictions
 from ..preflight import RunPlan, plan_run
-from ..recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
+from ..recipe import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    prepare_training,
+    resolve_settings,
+    run_record,
+    started_run,
+)
 from ..run_folder import PREDICTIONS_FILE
 from ..splits import first_examples
-from ..trainer import TrainerState, train_dataloader
+from ..trainer import fit, train_dataloader
 from .data import GlueTask, check_scorable, get_task, load_glue
 from .metrics import glue_metrics
 from .options import GLUE_ARGUMENTS, GlueDataArguments
@@ -89,46 +99,45 @@ def load_model(plan: RunPlan, tisa_args: TisaArguments, task: GlueTask):
     return model, tokenizer
 
 
-class GlueClassification(Task):
-    """A GLUE task: sentence (pair) classification or, for STS-B, regression; its dev predictions are saved."""
-
-    project = "glue"
-
-    def plan(self) -> RunPlan:
-        self.task = get_task(self.task_args.task)
-        self.name, self.score = self.task.name, self.task.main_score
-        plan = plan_run(*self.settings)
-        self.raw = load_task_data(self.task, self.task_args)
-        check_input_lengths(plan, self.tisa_args, self.task_args.max_seq_length, len(self.task.text_columns))
-        return plan
-
-    def load_model(self, plan: RunPlan, accelerator: Accelerator):
-        return load_model(plan, self.tisa_args, self.task)
-
-    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
-        encoded = tokenize(self.raw, self.task, tokenizer, self.task_args.max_seq_length)
-        collate = DataCollatorWithPadding(tokenizer)
-        return TaskData(
-            train_dataloader(encoded["train"], batch_size, collate, self.args.seed),
-            {
-                split: DataLoader(encoded[split], batch_size=self.args.eval_batch_size, collate_fn=collate)
-                for split in self.task.eval_splits
-            },
-        )
-
-    def evaluator(self, accelerator: Accelerator, model: torch.nn.Module, loaders: dict[str, DataLoader]):
-        return GlueEvaluator(accelerator, model, self.task, loaders)
-
-    def documents(self, record: dict[str, Any], model: Any, evaluator: Any, state: TrainerState) -> dict[str, Any]:
-        return {PREDICTIONS_FILE: RunPredictions(self.task.name, state.model_step, evaluator.outputs).to_json()}
-
-
 def run(
     model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, data_args: GlueDataArguments
 ) -> dict[str, Any]:
     """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source and data are
     all checked before the model is loaded."""
-    return run_task(GlueClassification(model_args, tisa_args, args, data_args))
+    started = time.perf_counter()
+    task = get_task(data_args.task)
+    plan = plan_run(model_args, tisa_args, args, data_args)
+    raw = load_task_data(task, data_args)
+    check_input_lengths(plan, tisa_args, data_args.max_seq_length, len(task.text_columns))
+
+    with started_run(args, plan) as (accelerator, batch_size):
+        model, tokenizer = load_model(plan, tisa_args, task)
+        with accelerator.main_process_first():  # the other processes then read the cached tokenization
+            encoded = tokenize(raw, task, tokenizer, data_args.max_seq_length)
+            collate = DataCollatorWithPadding(tokenizer)
+            train = train_dataloader(encoded["train"], batch_size, collate, args.seed)
+            evaluation = {
+                split: DataLoader(encoded[split], batch_size=args.eval_batch_size, collate_fn=collate)
+                for split in task.eval_splits
+            }
+        args, config, steps_per_epoch = resolve_settings(
+            accelerator, plan, (model_args, tisa_args, args, data_args), len(train)
+        )
+        model, optimizer, scheduler, train, evaluation = prepare_training(
+            accelerator, model, args, tisa_args.tisa_lr, train, evaluation
+        )
+        init_trackers(accelerator, "glue", config)
+        evaluate = GlueEvaluator(accelerator, model, task, evaluation)
+        state = fit(
+            accelerator, model, optimizer, scheduler, train, evaluate, args, task.main_score,
+            resume_from=plan.resume_from, started=started,
+        )  # fmt: skip
+
+        trained = accelerator.unwrap_model(model)
+        record = run_record(task.name, trained, args, state, accelerator, config, steps_per_epoch)
+        predictions = RunPredictions(task.name, state.model_step, evaluate.outputs).to_json()
+        finish_run(accelerator, trained, tokenizer, args, record, {PREDICTIONS_FILE: predictions})
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:

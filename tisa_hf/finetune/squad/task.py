@@ -9,6 +9,7 @@ and TensorBoard logs; resumable checkpoints live in `checkpoints/` until the run
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,9 +21,18 @@ from transformers import AutoModelForQuestionAnswering, default_data_collator
 
 from ..arguments import ModelArguments, TisaArguments, TrainingArguments
 from ..input_lengths import check_input_lengths
-from ..preflight import RunPlan, plan_run
-from ..recipe import Task, TaskData, command_main, load_model_and_tokenizer, run_task
-from ..trainer import train_dataloader
+from ..preflight import plan_run
+from ..recipe import (
+    command_main,
+    finish_run,
+    init_trackers,
+    load_model_and_tokenizer,
+    prepare_training,
+    resolve_settings,
+    run_record,
+    started_run,
+)
+from ..trainer import fit, train_dataloader
 from .data import build_squad_task, check_windows, load_squad_data
 from .options import SQUAD_ARGUMENTS, SquadArguments
 
@@ -63,45 +73,43 @@ class SquadEvaluator:
         return {EVAL_SPLIT: self.compute_metrics(np.concatenate(starts), np.concatenate(ends))}
 
 
-class SquadQuestionAnswering(Task):
-    """SQuAD v1.1 or v2.0: extractive question answering scored with the official EM/F1."""
-
-    score = staticmethod(main_score)
-
-    def plan(self) -> RunPlan:
-        self.name = self.project = task_name(self.task_args)
-        plan = plan_run(*self.settings)
-        self.raw = load_squad_data(self.task_args)
-        check_windows(
-            self.task_args, self.raw, check_input_lengths(plan, self.tisa_args, self.task_args.max_seq_length, 2)
-        )
-        return plan
-
-    def load_model(self, plan: RunPlan, accelerator: Accelerator):
-        return load_model_and_tokenizer(AutoModelForQuestionAnswering, plan, self.tisa_args)
-
-    def prepare_data(self, tokenizer: Any, batch_size: int) -> TaskData:
-        train_dataset, eval_dataset, _, self.compute_metrics = build_squad_task(self.task_args, self.raw, tokenizer)
-        # Features are padded to max_seq_length already, so the default collator only stacks them.
-        return TaskData(
-            train_dataloader(train_dataset, batch_size, default_data_collator, self.args.seed),
-            {
-                EVAL_SPLIT: DataLoader(
-                    eval_dataset, batch_size=self.args.eval_batch_size, collate_fn=default_data_collator
-                )
-            },
-        )
-
-    def evaluator(self, accelerator: Accelerator, model: nn.Module, loaders: dict[str, DataLoader]) -> SquadEvaluator:
-        return SquadEvaluator(accelerator, model, loaders[EVAL_SPLIT], self.compute_metrics)
-
-
 def run(
     model_args: ModelArguments, tisa_args: TisaArguments, args: TrainingArguments, squad_args: SquadArguments
 ) -> dict[str, Any]:
     """One fine-tuning run; returns what it writes to metrics.json. Settings, run folder, model source and data are
     all checked before the model is loaded."""
-    return run_task(SquadQuestionAnswering(model_args, tisa_args, args, squad_args))
+    started = time.perf_counter()
+    name = task_name(squad_args)
+    plan = plan_run(model_args, tisa_args, args, squad_args)
+    raw = load_squad_data(squad_args)
+    check_windows(squad_args, raw, check_input_lengths(plan, tisa_args, squad_args.max_seq_length, 2))
+
+    with started_run(args, plan) as (accelerator, batch_size):
+        model, tokenizer = load_model_and_tokenizer(AutoModelForQuestionAnswering, plan, tisa_args)
+        with accelerator.main_process_first():  # the other processes then read the cached tokenization
+            train_dataset, eval_dataset, _, compute_metrics = build_squad_task(squad_args, raw, tokenizer)
+            # Features are padded to max_seq_length already, so the default collator only stacks them.
+            train = train_dataloader(train_dataset, batch_size, default_data_collator, args.seed)
+            evaluation = {
+                EVAL_SPLIT: DataLoader(eval_dataset, batch_size=args.eval_batch_size, collate_fn=default_data_collator)
+            }
+        args, config, steps_per_epoch = resolve_settings(
+            accelerator, plan, (model_args, tisa_args, args, squad_args), len(train)
+        )
+        model, optimizer, scheduler, train, evaluation = prepare_training(
+            accelerator, model, args, tisa_args.tisa_lr, train, evaluation
+        )
+        init_trackers(accelerator, name, config)
+        evaluate = SquadEvaluator(accelerator, model, evaluation[EVAL_SPLIT], compute_metrics)
+        state = fit(
+            accelerator, model, optimizer, scheduler, train, evaluate, args, main_score,
+            resume_from=plan.resume_from, started=started,
+        )  # fmt: skip
+
+        trained = accelerator.unwrap_model(model)
+        record = run_record(name, trained, args, state, accelerator, config, steps_per_epoch)
+        finish_run(accelerator, trained, tokenizer, args, record)
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
