@@ -19,6 +19,7 @@ from tests.fixtures import tiny_config, two_process_launch, write_rte_tsv, write
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
+from tisa_hf.adapt.plan import curriculum_steps
 from tisa_hf.cli import entry
 from tisa_hf.common.text import (
     block_count,
@@ -162,8 +163,8 @@ def test_training_masks_are_the_collators_standard_masking(workspace):
 
 
 def test_curriculum_visits_the_lengths_in_order_with_equal_steps(workspace, tmp_path, monkeypatch):
-    assert adapt_run.curriculum_steps(7, 3) == [2, 2, 3]  # equal shares, the remainder to the longest
-    assert adapt_run.curriculum_steps(6, 3) == [2, 2, 2]
+    assert curriculum_steps(7, 3) == [2, 2, 3]  # equal shares, the remainder to the longest
+    assert curriculum_steps(6, 3) == [2, 2, 2]
     seen = []
     forward = DistillationObjective.forward
 
