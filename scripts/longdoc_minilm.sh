@@ -32,7 +32,8 @@
 # Real long documents (hours on 2 CPU cores; a system resumes at its next document):
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 8k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model and its bag-of-words control (those that
-#             exist), and BM25 fused with each dense system; paired to BM25 and to each baseline, into
+#             exist), the max: read-out of chunking and of the S=5 model (chosen on spans), and BM25 fused with
+#             each dense system; paired to BM25, to each baseline and to max:chunk:minilm, into
 #             docs/results/longdoc/qmsum-minilm: the records themselves, with every system's document embeddings
 #             (kept after each meeting) and scores, a few MB in all, so that a run of many hours that a session
 #             commits as it goes resumes on any machine;
@@ -184,24 +185,24 @@ stage_embed_32k() {
     retrieval --lengths 16384 32768 --documents 50 --queries 25 --out runs/longembed-minilm-32k
 }
 
-corpus_retrieval() {  # corpus_retrieval COMMAND OUT [--max] VARIANT...: BM25, the baselines, the adapted s5-all and
+corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, the baselines, the adapted s5-all and
     # s0-all and the named variants that exist, and BM25 fused with each dense system, paired to BM25 and each
-    # baseline; with --max also every dense system but truncation with the max: read-out (one vector a window),
-    # paired to max:chunk:minilm too
+    # baseline; MAX lists the systems also read with the max: read-out (one vector a window): baselines as spelled,
+    # adapted models by name, `adapted` for all of them; paired to max:chunk:minilm too when it is one
     local command=$1 out=$2 adapted dense=("${BASELINES[@]}") system hybrids=() wanted=(s5-all s0-all) windows=()
-    local references=(bm25 "${BASELINES[@]}")
-    shift 2
-    if [[ ${1:-} == --max ]]; then
-        shift
-        windows=(chunk:minilm interp:minilm)
-        references+=(max:chunk:minilm)
-    fi
+    local references=(bm25 "${BASELINES[@]}") max
+    read -ra max <<<"$3"
+    shift 3
     wanted+=("$@")
+    for system in "${BASELINES[@]}"; do
+        [[ " ${max[*]} " == *" $system "* ]] && windows+=("$system")
+    done
+    [[ " ${windows[*]} " == *" chunk:minilm "* ]] && references+=(max:chunk:minilm)
     mapfile -t adapted < <(adapted_models)
     for system in "${adapted[@]}"; do
         if [[ " ${wanted[*]} " == *" $(basename "$system") "* ]]; then
             dense+=("$system")
-            ((${#windows[@]} == 0)) || windows+=("$system")
+            [[ " ${max[*]} " =~ " "(adapted|$(basename "$system"))" " ]] && windows+=("$system")
         fi
     done
     for system in "${windows[@]}"; do dense+=("max:$system"); done
@@ -209,8 +210,9 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT [--max] VARIANT...: BM25, t
     tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired "${references[@]}"
 }
 
-stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS"; }
-stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" --max s5-far s5-all-lscale; }
+# QMSum reads the systems the development task chose: the max: read-out of chunking and of the adapted s5-all.
+stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all"; }
+stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" "chunk:minilm interp:minilm adapted" s5-far s5-all-lscale; }
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)
