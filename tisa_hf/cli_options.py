@@ -11,7 +11,8 @@ import argparse
 
 from .packaged import MINILM_ALIAS
 
-BENCH_SECTIONS = ("bias", "train", "infer", "replace")
+BENCH_SECTIONS = ("bias", "train", "infer", "replace", "long")
+BENCH_DEFAULT_SECTIONS = ("bias", "train", "infer", "replace")
 
 
 def demo_parser(description: str | None = None) -> argparse.ArgumentParser:
@@ -227,7 +228,13 @@ def bench_parser() -> argparse.ArgumentParser:
         prog="tisa-hf bench", description="Speed and memory of TISA against plain attention."
     )
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
-    parser.add_argument("--sections", nargs="+", choices=BENCH_SECTIONS, default=list(BENCH_SECTIONS))
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=BENCH_SECTIONS,
+        default=list(BENCH_DEFAULT_SECTIONS),
+        help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (long takes minutes a length: ask for it)",
+    )
     parser.add_argument("--implementations", nargs="+", choices=("sdpa", "eager"), default=["sdpa", "eager"])
     parser.add_argument(
         "--dtypes",
@@ -237,6 +244,12 @@ def bench_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--bias-lengths", nargs="+", type=positive_int, default=[128, 512, 2048])
     parser.add_argument("--replace-lengths", nargs="+", type=positive_int, default=[1024, 2048, 4096])
+    parser.add_argument("--long-lengths", nargs="+", type=positive_int, default=[8192, 16384, 32768])
+    parser.add_argument(
+        "--long-model",
+        help="long: a saved TISA replace model (such as an adapted MiniLM) whose kernels TISA reads (default: the "
+        "packaged MiniLM with kernels fitted at load)",
+    )
     parser.add_argument("--attention-dropout", type=dropout_rate, default=0.1, help="attention dropout in training")
     parser.add_argument("--warmup", type=non_negative_int, default=1)
     parser.add_argument("--repeats", type=positive_int, default=3)

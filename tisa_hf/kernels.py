@@ -30,6 +30,16 @@ def far_field_values(slope: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor
     return -slope[..., None] * torch.log1p(offsets.abs())
 
 
+def nonzero_band(values: torch.Tensor) -> tuple[int, int] | None:
+    """The first and last offset k at which some head's f(k) is not exactly 0, from a layer's (heads, 2n-1) offset
+    values f(-(n-1)) .. f(n-1); None where every value is 0."""
+    nonzero = torch.nonzero(values.any(0)).flatten()
+    if len(nonzero) == 0:
+        return None
+    centre = (values.shape[-1] - 1) // 2
+    return int(nonzero[0]) - centre, int(nonzero[-1]) - centre
+
+
 def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
     """Builds F[..., i, j] = values[..., j - i + length - 1] from the 2n-1 values f(-(n-1)) .. f(n-1).
 
@@ -68,6 +78,7 @@ class TisaPositionBias(nn.Module):
         self.enabled = True
         self._cache: dict[int, tuple[tuple, torch.Tensor]] = {}
         self._forward_tables: dict[tuple, tuple[torch.Tensor, ...]] | None = None
+        self._forward_bands: dict[tuple, tuple[int, int] | None] = {}
 
     @property
     def num_layers(self) -> int:
@@ -118,6 +129,17 @@ class TisaPositionBias(nn.Module):
             tables = self._forward_tables[key] = self.layer_tables(length, dtype)
         return tables[self._parameter_row(layer)]
 
+    def nonzero_band(self, layer: int, length: int, dtype: torch.dtype) -> tuple[int, int] | None:
+        """`nonzero_band` of the layer's `offset_values`: the offsets where its f is not exactly 0 at this length and
+        dtype; inside a forward, read once a layer."""
+        values = self.offset_values(layer, length, dtype)
+        if self._forward_tables is None:
+            return nonzero_band(values)
+        key = (length, dtype, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), self._parameter_row(layer))
+        if key not in self._forward_bands:
+            self._forward_bands[key] = nonzero_band(values)
+        return self._forward_bands[key]
+
     def layer_tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """Every parameter row's (heads, 2n-1) offset values from one evaluation, one view a row (a single row
         where the layers share their kernels)."""
@@ -126,11 +148,13 @@ class TisaPositionBias(nn.Module):
     def begin_forward(self) -> None:
         """From now until `end_forward`, layers share one evaluation of the kernels per length, dtype and grad mode."""
         self._forward_tables = {}
+        self._forward_bands = {}
 
     def end_forward(self) -> None:
         """Back to one evaluation a layer (a call outside the encoder's forward, such as a checkpoint's recompute,
         must not reuse a table whose graph a backward may have freed)."""
         self._forward_tables = None
+        self._forward_bands = {}
 
     def _evaluate(self, length: int, dtype: torch.dtype, layer: int | None = None) -> torch.Tensor:
         offsets = torch.arange(1 - length, length, device=self.amplitude.device)

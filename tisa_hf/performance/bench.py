@@ -7,7 +7,12 @@ Sections (all by default):
   mode="add", for each attention implementation and shape;
 - `infer`: the same models in eval mode under `torch.no_grad`;
 - `replace`: TISA mode="replace" inference beyond the 512-position table, against the unpatched model with its
-  position table enlarged to the same length.
+  position table enlarged to the same length;
+- `long` (only when asked for): reading long inputs, batch 1 at `--long-lengths` (8,192 to 32,768 tokens): the
+  packaged MiniLM with TISA replace S=5 (kernels fitted at load, or those of the saved TISA model `--long-model`)
+  on its current route (`banded`) and on the blockwise route (`blockwise`), against the same MiniLM with position
+  interpolation (`plain`), all three interleaved; each time with the fastest and slowest repeat, and one step's
+  peak memory.
 
 `--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import dataclasses
 import gc
 import json
 import os
@@ -97,6 +103,14 @@ def time_interleaved(
     variants: dict[str, Callable[[], object]], device: torch.device, warmup: int, repeats: int
 ) -> dict[str, float]:
     """Median milliseconds of each variant; each round runs all of them, in alternating order."""
+    samples = timed_interleaved(variants, device, warmup, repeats)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def timed_interleaved(
+    variants: dict[str, Callable[[], object]], device: torch.device, warmup: int, repeats: int
+) -> dict[str, list[float]]:
+    """The milliseconds of each variant's repeats; each round runs all of them, in alternating order."""
     samples: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for round_index in range(warmup + repeats):
@@ -107,7 +121,7 @@ def time_interleaved(
             synchronize(device)
             if round_index >= warmup:
                 samples[name].append(1000 * (time.perf_counter() - start))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def peak_memory_of(case: ModelCase) -> dict[str, float]:
@@ -169,13 +183,14 @@ def peak_memory_mib(device: torch.device) -> float:
 
 
 def memory_worker(spec: str) -> int:
-    """Peak memory of two steps of one case: CUDA allocator peak, or on CPU the peak resident set of the steps."""
+    """Peak memory of two steps of one case (one for `long`, whose inference step allocates the same each time):
+    CUDA allocator peak, or on CPU the peak resident set of the steps."""
     case = ModelCase(**json.loads(spec))
     device = torch.device(case.device)
     model = build_model(case, reference_positions(case))
     step = step_function(case, model)
     baseline = start_peak_memory(device)
-    for _ in range(2):
+    for _ in range(1 if case.section == "long" else 2):
         step()
     synchronize(device)
     peak = peak_memory_mib(device)
@@ -208,6 +223,47 @@ def bench_models(
             row["plain_peak_mib"], row["tisa_peak_mib"] = plain_memory["peak_mib"], tisa_memory["peak_mib"]
             row["baseline_mib"] = plain_memory["baseline_mib"]
             row["memory_ratio"] = tisa_memory["peak_mib"] / plain_memory["peak_mib"]
+        rows.append(row)
+        save()
+
+
+LONG_VARIANTS = ("plain", "banded", "blockwise")
+
+
+def long_cases(args: argparse.Namespace, length: int) -> dict[str, ModelCase]:
+    """`long`'s three models at one length."""
+    case = ModelCase("long", "sdpa", 1, length, False, "float32", args.device, 0.0, args.long_model)
+    return {
+        "plain": case,
+        "banded": dataclasses.replace(case, tisa=True),
+        "blockwise": dataclasses.replace(case, tisa=True, banded=False),
+    }
+
+
+def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict], save: Callable[[], None]) -> None:
+    """Times `long`'s three models side by side at each length (each model built once a length), then measures
+    each one's peak memory; appends a row to `rows` and calls `save` after each length."""
+    for length in args.long_lengths:
+        print(f"  long 1x{length} ...", file=sys.stderr, flush=True)
+        cases = long_cases(args, length)
+        models = {name: build_model(case) for name, case in cases.items() if name != "blockwise"}
+        models["blockwise"] = models["banded"]  # the same model; only the route differs
+        variants = {name: step_function(case, models[name]) for name, case in cases.items()}
+        samples = timed_interleaved(variants, device, args.warmup, args.repeats)
+        del models, variants
+        row: dict[str, Any] = {"length": length, "model": args.long_model or "packaged MiniLM, fitted kernels"}
+        for name in LONG_VARIANTS:
+            row[name] = statistics.median(samples[name])
+            row[f"{name}_range"] = [min(samples[name]), max(samples[name])]
+        for name in ("banded", "blockwise"):
+            row[f"{name}_time_ratio"] = row[name] / row["plain"]
+        if not args.no_memory:
+            for name in LONG_VARIANTS:
+                memory = peak_memory_of(cases[name])
+                row[f"{name}_peak_mib"] = memory["peak_mib"]
+            row["baseline_mib"] = memory["baseline_mib"]
+            for name in ("banded", "blockwise"):
+                row[f"{name}_memory_ratio"] = row[f"{name}_peak_mib"] / row["plain_peak_mib"]
         rows.append(row)
         save()
 
@@ -255,6 +311,21 @@ def format_table(results: dict) -> str:
             if "memory_ratio" in row:
                 line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
             lines.append(line)
+    if results.get("long"):
+        lines += ["", "long inputs, batch 1, inference (ms: median [fastest, slowest]; MiBs: peak resident set)"]
+        for row in results["long"]:
+            line = f"{row['length']:>6}"
+            for name in LONG_VARIANTS:
+                low, high = row[f"{name}_range"]
+                line += f"  {name} {row[name]:.0f} [{low:.0f}, {high:.0f}]"
+                if name != "plain":
+                    line += f" {row[f'{name}_time_ratio']:.3f}x"
+            lines.append(line)
+            if "plain_peak_mib" in row:
+                memory = "        " + "  ".join(f"{name} {row[f'{name}_peak_mib']:.0f} MiB" for name in LONG_VARIANTS)
+                ratios = (f"{row[f'{name}_memory_ratio']:.3f}" for name in ("banded", "blockwise"))
+                memory += "  ratios " + " / ".join(ratios)
+                lines.append(memory)
     return "\n".join(lines)
 
 
@@ -312,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
             cases = [pair for dtype in args.dtypes for pair in model_cases(args, section, dtype)]
             results[section] = []
             bench_models(cases, device, args.warmup, args.repeats, not args.no_memory, results[section], save)
+    if "long" in args.sections:
+        print("long ...", file=sys.stderr, flush=True)
+        results["long"] = []
+        bench_long(args, device, results["long"], save)
     print(format_table(results))
     print(f"\nwrote {args.output}", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
 """The models `tisa-hf bench` and its `--profile` measure, and the step each runs: a BERT-base shape, plain or with
-TISA, for a training or an inference step."""
+TISA, for a training or an inference step; for `long`, the packaged MiniLM with TISA replace S=5 or with position
+interpolation."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel
+from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
 
+from .. import attention
+from ..common.interpolation import PositionInterpolation
 from ..config import TisaConfig
 from ..modeling import patch
+from ..packaged import minilm_path
 
 TISA_KERNELS = 5
 
@@ -19,7 +23,7 @@ TISA_KERNELS = 5
 class ModelCase:
     """One model configuration whose time and memory the benchmark measures."""
 
-    section: str  # "train", "infer" or "replace"
+    section: str  # "train", "infer", "replace" or "long"
     implementation: str
     batch: int
     length: int
@@ -27,9 +31,18 @@ class ModelCase:
     dtype: str
     device: str
     dropout: float
+    model: str | None = None  # long: the saved TISA model whose kernels are read (None: fitted ones)
+    banded: bool = True  # long: whether TISA may take the banded route (False: the blockwise route before it)
 
     def label(self) -> str:
-        return f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
+        label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
+        if self.section == "long":
+            label += f" {self.variant()}"
+        return label
+
+    def variant(self) -> str:
+        """`long`'s name of the model: plain, banded or blockwise."""
+        return "plain" if not self.tisa else "banded" if self.banded else "blockwise"
 
 
 def bert_base_config(implementation: str, dropout: float, max_positions: int = 512) -> BertConfig:
@@ -49,7 +62,9 @@ def bert_base_config(implementation: str, dropout: float, max_positions: int = 5
 def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.Module:
     """The model of a case, with weights fixed by the seed (so variants of one case share them)."""
     torch.manual_seed(0)
-    if case.section == "replace":
+    if case.section == "long":
+        model = long_input_model(case)
+    elif case.section == "replace":
         model = BertModel(bert_base_config(case.implementation, case.dropout, max_positions or 512))
         if case.tisa:
             patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="replace", init="random"))
@@ -60,6 +75,22 @@ def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.M
     model.to(case.device)
     model.train(case.section == "train")
     return model
+
+
+LONG_KERNELS = 5
+
+
+def long_input_model(case: ModelCase) -> torch.nn.Module:
+    """The packaged MiniLM for `long`: with TISA replace (S = 5, kernels fitted to its positional profiles, or read
+    from the saved TISA model `case.model`), or plain with its position table stretched to the length by position
+    interpolation."""
+    if not case.tisa:
+        model = AutoModel.from_pretrained(minilm_path(), attn_implementation=case.implementation)
+        return PositionInterpolation(model).stretch_to(case.length)
+    if case.model is not None:
+        return AutoModel.from_pretrained(case.model, attn_implementation=case.implementation)
+    tisa = TisaConfig(num_kernels=LONG_KERNELS, mode="replace")
+    return AutoModel.from_pretrained(minilm_path(), tisa=tisa, attn_implementation=case.implementation)
 
 
 def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
@@ -92,8 +123,12 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
         return train_step
 
     def inference_step() -> None:
-        with torch.no_grad(), autocast:
-            model(**batch)
+        route, attention.BANDED_ROUTE_ENABLED = attention.BANDED_ROUTE_ENABLED, case.banded
+        try:
+            with torch.no_grad(), autocast:
+                model(**batch)
+        finally:
+            attention.BANDED_ROUTE_ENABLED = route
 
     return inference_step
 

@@ -59,8 +59,23 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
 def route(
     implementation: str, phase: Phase, length: int, shape: Shape, device: torch.device, autocast: torch.dtype | None
 ) -> str:
-    """The route of one TISA attention call: "sdpa: trainable-bias SDPA (flash)", "flex: refused (...)", ..."""
+    """The route of one TISA attention call: "sdpa: trainable-bias SDPA (flash)", "flex: refused (...)", ...; where
+    it depends on the kernels (the banded route), the route of kernels that are nonzero at every offset and the
+    banded route's condition."""
     kernels = TisaPositionBias(shape.layers, shape.heads, 1).to(device)
+    return route_of_kernels(kernels, implementation, phase, length, shape, device, autocast)
+
+
+def route_of_kernels(
+    kernels: TisaPositionBias,
+    implementation: str,
+    phase: Phase,
+    length: int,
+    shape: Shape,
+    device: torch.device,
+    autocast: torch.dtype | None,
+) -> str:
+    """`route` for these kernels."""
     # A query as transformers hands it over: in autocast's dtype where autocast is on (the projections ran under it).
     query = torch.empty(1, shape.heads, length, shape.head_dim, dtype=autocast or torch.float32, device=device)
     with _grad_mode(phase.training), _autocast(device, autocast):
@@ -69,7 +84,19 @@ def route(
         if implementation == "flex_attention":
             refusal = attention.flex_refusal(kernels, query, phase.dropout)
             return "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod"
-        chosen = attention.sdpa_route(kernels, query, query, phase.dropout, {})
+        chosen = attention.sdpa_route(kernels, query, query, phase.dropout, {}, 0)
+        if chosen is SdpaRoute.BANDED:
+            # The stand-in kernels are 0, which takes the banded route; kernels nonzero at every offset (f = 1) take
+            # the route of any layer whose band is too wide.
+            backend = attention.sdpa_backend(query, query, None, phase.dropout)
+            with torch.no_grad():
+                kernels.amplitude.fill_(1.0)
+            wide = route_of_kernels(kernels, implementation, phase, length, shape, device, autocast)
+            share = attention.BANDED_MAX_WIDTH_SHARE
+            return (
+                f"{wide}, or {chosen.value} ({backend}) for a layer whose f(k) is 0 outside a band of at most "
+                f"{share:g}n offsets"
+            )
         dtype = attention.bias_dtype(query)
         rows = length
         if chosen is SdpaRoute.BLOCKWISE:
