@@ -22,6 +22,8 @@ from transformers import (
     XLMRobertaConfig,
 )
 
+import tisa_hf.attention as attention
+
 MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
 TINY = dict(
     vocab_size=99,
@@ -173,3 +175,15 @@ def two_process_launch(module: str) -> list[str]:
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
         "1", "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
     ]  # fmt: skip
+
+
+class RecordingRoute:
+    """`attention.sdpa_route`, recording the route of every call."""
+
+    def __init__(self):
+        self.decide = attention.sdpa_route
+        self.taken: list[attention.SdpaRoute] = []
+
+    def __call__(self, *args):
+        self.taken.append(self.decide(*args))
+        return self.taken[-1]

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModel
 
 import tisa_hf.attention as attention
-from tests.fixtures import tiny_config
+from tests.fixtures import RecordingRoute, tiny_config
 from tests.reference import reference_forward
 from tisa_hf.kernels import TisaPositionBias
 
@@ -140,18 +140,6 @@ def narrow_model(far_field: str = "none", width: float = 1.0, implementation: st
             model.tisa.far_field_slope.fill_(0.5)
     model.tisa.cache_limit_bytes = 0
     return model
-
-
-class RecordingRoute:
-    """`attention.sdpa_route`, recording the route of every call."""
-
-    def __init__(self):
-        self.decide = attention.sdpa_route
-        self.taken: list[attention.SdpaRoute] = []
-
-    def __call__(self, *args):
-        self.taken.append(self.decide(*args))
-        return self.taken[-1]
 
 
 def batch(length: int = MODEL_LENGTH, padded: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from test_attention import make_inputs
 from transformers import AutoModel
 
 import tisa_hf.attention as attention
-from tests.fixtures import tiny_config
+from tests.fixtures import RecordingRoute, tiny_config
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
 from tisa_hf.performance import environment_report as routes
@@ -25,18 +25,6 @@ def padded(config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     mask = torch.ones(2, length, dtype=torch.long)
     mask[1, length // 2 :] = 0
     return input_ids, mask
-
-
-class RecordingRoute:
-    """`attention.sdpa_route`, recording the route of every call."""
-
-    def __init__(self):
-        self.decide = attention.sdpa_route
-        self.taken: list[attention.SdpaRoute] = []
-
-    def __call__(self, *args):
-        self.taken.append(self.decide(*args))
-        return self.taken[-1]
 
 
 @pytest.mark.parametrize("phase", routes.PHASES, ids=lambda phase: phase.name)
