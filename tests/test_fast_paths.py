@@ -90,24 +90,24 @@ def test_bias_row_blocks_are_row_major_rows_of_the_full_bias(length, block):
         assert stop - start == 1 or rows.stride(-2) >= length
 
 
-@pytest.mark.parametrize(("length", "block"), [(9, 4), (9, 3), (10, 3), (16, 4), (9, 9)])
-def test_aligned_mask_copies_only_windows_cuda_cannot_read(length, block):
-    """CUDA's memory-efficient kernel reads masks in 16-byte vectors: a band window starting `shift` elements in,
-    or with rows an odd number of floats apart, is copied to a fresh, aligned allocation; an aligned one is not."""
-    mask = torch.randn(HEADS, 2 * length - 1)
-    for _, _, rows in attention.ToeplitzBias(mask, length).row_blocks(block):
-        aligned = attention.aligned_mask(rows)
-        strides = [stride * 4 for dimension, stride in enumerate(rows.stride()[:-1]) if rows.shape[dimension] > 1]
-        # a contiguous mask's row length PyTorch pads itself; a window's row stride it takes as it is
-        already = rows.data_ptr() % 16 == 0 and (rows.is_contiguous() or all(stride % 16 == 0 for stride in strides))
-        assert (aligned is rows) == already
-        assert torch.equal(aligned, rows) and aligned.data_ptr() % 16 == 0
-        if not already:
-            assert aligned.is_contiguous()
-    fresh = torch.randn(2, HEADS, 5, 7)
-    assert attention.aligned_mask(fresh) is fresh  # contiguous: PyTorch pads its 7-float rows itself
-    offset = torch.randn(2 * HEADS * 5 * 8 + 1)[1:].view(2, HEADS, 5, 8)  # contiguous, one float in
-    assert offset.data_ptr() % 16 != 0 and attention.aligned_mask(offset).data_ptr() % 16 == 0
+def test_blockwise_route_off_the_cpu_reads_contiguous_blocks_of_accelerator_size(monkeypatch):
+    """Off the CPU (here the meta device, which computes shapes only) each block's bias is a fresh contiguous tensor,
+    never a window into the band that CUDA's kernel might read misaligned, and holds ACCELERATOR_BLOCK_ROWS rows."""
+    length, heads = 3000, 2
+    query = torch.empty(1, heads, length, 8, device="meta")
+    bias = attention.ToeplitzBias(torch.empty(heads, 2 * length - 1, device="meta"), length)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    calls = []
+
+    def spy(query, key, value, attn_mask=None, **kwargs):
+        calls.append((query.shape[2], attn_mask.is_contiguous()))
+        return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(attention, "BLOCK_BIAS_BYTES", 0)
+    output = attention.blockwise_biased_sdpa(query, query, query, None, bias, 0.0, None)
+    assert output.shape == query.shape
+    assert calls == [(1024, True), (1024, True), (952, True)]
 
 
 def test_benchmark_baseline_builds_the_same_bias():
@@ -248,6 +248,18 @@ def test_blockwise_long_input_path_matches_eager(monkeypatch):
             outputs[implementation] = model(**padded_batch(100)).last_hidden_state  # beyond the 64 positions
     assert len(spy.calls) == 2
     torch.testing.assert_close(outputs["sdpa"], outputs["eager"], rtol=1e-4, atol=1e-5)
+
+
+def test_blockwise_blocks_fill_an_accelerator_and_keep_the_cpu_block_size():
+    """A 32,768-token row of 12 heads' bias is 1.5 MiB: 42 rows fit the CPU's 64 MiB; a GPU gets 1,024, enough
+    query tiles to occupy its multiprocessors; no block is longer than the input."""
+    row_bytes = 12 * 32768 * 4
+    assert attention.blockwise_rows(32768, row_bytes, torch.device("cpu")) == 42
+    assert attention.blockwise_rows(32768, row_bytes, torch.device("cuda")) == 1024
+    assert attention.blockwise_rows(8192, 12 * 8192 * 4, torch.device("cpu")) == 170
+    assert attention.blockwise_rows(8192, 12 * 8192 * 4, torch.device("cuda")) == 1024
+    assert attention.blockwise_rows(600, 12 * 32768 * 4, torch.device("cuda")) == 600
+    assert attention.blockwise_rows(32768, 2**30, torch.device("cpu")) == 1
 
 
 def test_bias_follows_autocast_dtype(monkeypatch):

@@ -19,6 +19,7 @@ from tisa_hf.common.text import tokenize_articles
 from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
+from tisa_hf.common.machine import machine  # noqa: E402
 from tisa_hf.common.result_files import scores_path  # noqa: E402
 from tisa_hf.embeddings import longembed  # noqa: E402
 from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
@@ -132,6 +133,7 @@ def test_a_run_writes_every_cell_resumes_and_pairs_on_the_same_queries(workspace
             for length in ("120", "200"):
                 cell = saved["results"][system][task][length]
                 assert len(cell["correct"]) == 4 and cell["acc_at_1"] == sum(cell["correct"]) / 4
+                assert cell["machine"] == machine(torch.device("cpu")) == saved["machine"]
     difference = saved["paired"][trunc][bag]["needle"]["200"]
     ours, theirs = (saved["results"][name]["needle"]["200"]["correct"] for name in (bag, trunc))
     assert difference["difference"] == pytest.approx((sum(ours) - sum(theirs)) / 4)

@@ -56,7 +56,12 @@ from .names import SITE_ATTRIBUTE
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
 
+# The blockwise route's query blocks: on the CPU, as many rows as keep a block's bias within BLOCK_BIAS_BYTES (it
+# stays in cache). A GPU's fused kernel runs one program per head and tile of query rows, so blocks of a few dozen
+# rows leave most of its multiprocessors idle (an H200 read 32,768 tokens 40 times slower than plain SDPA with them):
+# there a block holds at least ACCELERATOR_BLOCK_ROWS rows (1.5 GiB of bias for 12 heads at 32,768 tokens).
 BLOCK_BIAS_BYTES = 64 * 2**20
+ACCELERATOR_BLOCK_ROWS = 1024
 _FUSED_DTYPES = (torch.float32,)
 _UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
 _SDPA_BACKENDS = {
@@ -320,23 +325,12 @@ class ToeplitzBias:
             yield start, stop, band[:, :, : stop - start, shift : shift + length]
 
 
-# CUDA's memory-efficient attention reads its mask in 16-byte vectors: the mask must start at such an address and
-# each of its rows too ("CUDA error: misaligned address" otherwise).
-MASK_ALIGNMENT_BYTES = 16
-
-
-def aligned_mask(mask: torch.Tensor) -> torch.Tensor:
-    """`mask`, or a fresh copy of it where its start or a row stride is not aligned to MASK_ALIGNMENT_BYTES.
-
-    A block's rows are a window `shift` elements into the band (`ToeplitzBias.row_blocks`), which the fused CPU
-    kernel reads in place; on CUDA such a window is misaligned, and a fresh allocation is not. (PyTorch pads a
-    contiguous mask whose row length is not a multiple of the alignment itself.)"""
-    if mask.is_contiguous():
-        return mask if mask.data_ptr() % MASK_ALIGNMENT_BYTES == 0 else mask.clone()
-    size = mask.element_size()
-    strides = [stride * size for dimension, stride in enumerate(mask.stride()[:-1]) if mask.shape[dimension] > 1]
-    aligned = mask.data_ptr() % MASK_ALIGNMENT_BYTES == 0 and all(s % MASK_ALIGNMENT_BYTES == 0 for s in strides)
-    return mask if aligned else mask.contiguous()
+def blockwise_rows(length: int, row_bytes: int, device: torch.device) -> int:
+    """Query rows per block of the blockwise route, for rows of `row_bytes` bytes of bias on `device`."""
+    rows = BLOCK_BIAS_BYTES // row_bytes
+    if device.type != "cpu":
+        rows = max(rows, ACCELERATOR_BLOCK_ROWS)
+    return max(1, min(length, rows))
 
 
 def blockwise_biased_sdpa(
@@ -351,13 +345,15 @@ def blockwise_biased_sdpa(
     """SDPA over blocks of query rows, each with its own rows of `bias` merged into `mask`: (B, H, n, d)."""
     batch, heads, length = query.shape[0], query.shape[1], query.shape[2]
     row_bytes = batch * heads * key.shape[2] * bias.values.element_size()
-    block = max(1, min(length, BLOCK_BIAS_BYTES // row_bytes))
     outputs = []
-    for start, stop, rows in bias.row_blocks(block):
+    for start, stop, rows in bias.row_blocks(blockwise_rows(length, row_bytes, query.device)):
         block_mask = mask[..., start:stop, :] if mask is not None and mask.shape[-2] > 1 else mask
         block_bias = merge_bias(block_mask, rows)
         if block_bias.device.type != "cpu":
-            block_bias = aligned_mask(block_bias)
+            # The CPU's fused kernel reads a block's window into the band in place. CUDA's memory-efficient kernel
+            # reads masks in 16-byte vectors, which most windows do not start on ("misaligned address"), and failed
+            # once on an aligned 1,024-row window at 16,384 tokens: it gets a fresh contiguous copy, as measured.
+            block_bias = block_bias.contiguous()
         outputs.append(
             torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, start:stop],

@@ -292,7 +292,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    record.update(versions=versions(), machine=machine(device))
+    here = machine(device)  # the record's last writer; each cell names its own, since a resumed run may move
+    record.update(versions=versions(), machine=here)
     lengths = record["settings"]["lengths"]
     pending = pending_cells(evaluation, out)
     interactive = sys.stderr.isatty()
@@ -315,6 +316,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "correct": correct,
                 "wall_time_s": round(time.perf_counter() - started, 2),
                 "cpu_time_s": round(time.process_time() - cpu_started, 2),  # every thread's: shared cores inflate
+                "machine": here,
             }
             record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = cell
             write_record(record, out / RESULTS_FILE)

@@ -101,7 +101,7 @@ def route_of_kernels(
         rows = length
         if chosen is SdpaRoute.BLOCKWISE:
             row_bytes = shape.heads * length * dtype.itemsize
-            rows = max(1, min(length, attention.BLOCK_BIAS_BYTES // row_bytes))
+            rows = attention.blockwise_rows(length, row_bytes, device)
         # One row, expanded: a stand-in of the stored bias's shape without its size. Its last dimension keeps stride
         # 1, as the real bias's does: PyTorch's fused kernels require that of a mask and otherwise fall back to math.
         mask = torch.zeros(1, 1, 1, length, dtype=dtype, device=device, requires_grad=kernels.needs_grad())
