@@ -11,7 +11,8 @@
 #             model once an embedding-objective model exists), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
 #             on the same documents: the original truncated at its table, chunk-and-average, position
-#             interpolation, the adapted models and unadapted replace S=5; 256 to 4,096 tokens with 100
+#             interpolation, the adapted models and unadapted replace S=5, BM25 and BM25 fused with the
+#             adapted S=5 model; 256 to 4,096 tokens with 100
 #             documents and 50 queries a length; paired intervals to the three baselines (about 25 minutes a
 #             TISA model on 2 CPU cores);
 #   embed-8192  the same at 8,192 tokens with 50 documents and 25 queries (a TISA model reads such a document
@@ -28,7 +29,8 @@
 #             bf16); WORKERS=5 runs five sweeps at once sharing the device (the rate grid split between them by
 #             variant, then the folds; `classify` takes WORKERS too);
 #   report-2048  its tables, as `report` (REPORT_SEEDS="1" limits a report to the seeds every run has finished);
-#   embed-32k  retrieval at 16,384 and 32,768 tokens, 50 documents and 25 queries a length.
+#   embed-32k  retrieval at 16,384 and 32,768 tokens, 50 documents and 25 queries a length (on an H200: about 35 s
+#             a TISA model at 16,384 and 130 s at 32,768, through the blockwise route's GPU blocks).
 # Real long documents (hours on 2 CPU cores; a system resumes at its next document):
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 8k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model and its bag-of-words control (those that
@@ -98,10 +100,12 @@ stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed s5-span
 }
 
-retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents;
-    # paired to each baseline, once adapted to the bag-of-words control (does order help, not just length?), and
-    # to the distilled S=5 model once an embedding-objective model exists
-    local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm)  # run in this order
+retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents,
+    # then BM25 and its fusion with the adapted S=5 model; paired to each baseline, once adapted to the bag-of-words
+    # control (does order help, not just length?), and to the distilled S=5 model once an embedding-objective model
+    # exists
+    local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm bm25)  # run in this order
+    [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && systems+=("hybrid:bm25+$ADAPTED/s5-all")
     local references=("${BASELINES[@]}")
     [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
     embedding_objective_present && references+=("$ADAPTED/s5-all")
