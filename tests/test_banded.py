@@ -217,9 +217,10 @@ def test_the_benchmark_times_one_model_on_both_routes(monkeypatch):
     args = bench.parse_args(["--device", "cpu", "--sections", "long", "--output", "/dev/null"])
     cases = bench.long_cases(args, 8192)
     assert [case.label() for case in cases.values()] == [
-        f"long sdpa 1x8192 float32 {variant}" for variant in ("plain", "banded", "blockwise")
+        f"long sdpa 1x8192 float32 {variant}" for variant in ("plain", "banded", "blockwise", "chunk")
     ]
     seen = []
     for case in cases.values():
         bench.step_function(case, lambda **batch: seen.append(attention.BANDED_ROUTE_ENABLED))()
-    assert seen == [True, True, False] and attention.BANDED_ROUTE_ENABLED
+    assert seen == [True, True, False, True] and attention.BANDED_ROUTE_ENABLED
+    assert cases["chunk"].chunked and not cases["chunk"].tisa

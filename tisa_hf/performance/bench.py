@@ -11,8 +11,8 @@ Sections (all by default):
 - `long` (only when asked for): reading long inputs, batch 1 at `--long-lengths` (8,192 to 32,768 tokens): the
   packaged MiniLM with TISA replace S=5 (kernels fitted at load, or those of the saved TISA model `--long-model`)
   on its current route (`banded`) and on the blockwise route (`blockwise`), against the same MiniLM with position
-  interpolation (`plain`), all three interleaved; each time with the fastest and slowest repeat, and one step's
-  peak memory.
+  interpolation (`plain`) and reading the input as 512-token chunks in one batch (`chunk`), all four interleaved;
+  each time with the fastest and slowest repeat, tokens a second, and one step's peak memory.
 
 `--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
 
@@ -227,21 +227,22 @@ def bench_models(
         save()
 
 
-LONG_VARIANTS = ("plain", "banded", "blockwise")
+LONG_VARIANTS = ("plain", "banded", "blockwise", "chunk")
 
 
 def long_cases(args: argparse.Namespace, length: int) -> dict[str, ModelCase]:
-    """`long`'s three models at one length."""
+    """`long`'s four models at one length."""
     case = ModelCase("long", "sdpa", 1, length, False, "float32", args.device, 0.0, args.long_model)
     return {
         "plain": case,
         "banded": dataclasses.replace(case, tisa=True),
         "blockwise": dataclasses.replace(case, tisa=True, banded=False),
+        "chunk": dataclasses.replace(case, chunked=True),
     }
 
 
 def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict], save: Callable[[], None]) -> None:
-    """Times `long`'s three models side by side at each length (each model built once a length), then measures
+    """Times `long`'s four models side by side at each length (each model built once a length), then measures
     each one's peak memory; appends a row to `rows` and calls `save` after each length."""
     for length in args.long_lengths:
         print(f"  long 1x{length} ...", file=sys.stderr, flush=True)
@@ -255,14 +256,15 @@ def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict],
         for name in LONG_VARIANTS:
             row[name] = statistics.median(samples[name])
             row[f"{name}_range"] = [min(samples[name]), max(samples[name])]
-        for name in ("banded", "blockwise"):
+            row[f"{name}_tokens_per_s"] = length / (row[name] / 1000)
+        for name in LONG_VARIANTS[1:]:
             row[f"{name}_time_ratio"] = row[name] / row["plain"]
         if not args.no_memory:
             for name in LONG_VARIANTS:
                 memory = peak_memory_of(cases[name])
                 row[f"{name}_peak_mib"] = memory["peak_mib"]
             row["baseline_mib"] = memory["baseline_mib"]
-            for name in ("banded", "blockwise"):
+            for name in LONG_VARIANTS[1:]:
                 row[f"{name}_memory_ratio"] = row[f"{name}_peak_mib"] / row["plain_peak_mib"]
         rows.append(row)
         save()
@@ -320,10 +322,11 @@ def format_table(results: dict) -> str:
                 line += f"  {name} {row[name]:.0f} [{low:.0f}, {high:.0f}]"
                 if name != "plain":
                     line += f" {row[f'{name}_time_ratio']:.3f}x"
+                line += f" {row[f'{name}_tokens_per_s']:.0f} tok/s"
             lines.append(line)
             if "plain_peak_mib" in row:
                 memory = "        " + "  ".join(f"{name} {row[f'{name}_peak_mib']:.0f} MiB" for name in LONG_VARIANTS)
-                ratios = (f"{row[f'{name}_memory_ratio']:.3f}" for name in ("banded", "blockwise"))
+                ratios = (f"{row[f'{name}_memory_ratio']:.3f}" for name in LONG_VARIANTS[1:])
                 memory += "  ratios " + " / ".join(ratios)
                 lines.append(memory)
     return "\n".join(lines)

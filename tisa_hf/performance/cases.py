@@ -1,6 +1,6 @@
 """The models `tisa-hf bench` and its `--profile` measure, and the step each runs: a BERT-base shape, plain or with
-TISA, for a training or an inference step; for `long`, the packaged MiniLM with TISA replace S=5 or with position
-interpolation."""
+TISA, for a training or an inference step; for `long`, the packaged MiniLM with TISA replace S=5, with position
+interpolation, or reading 512-token chunks."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..modeling import patch
 from ..packaged import minilm_path
 
 TISA_KERNELS = 5
+CHUNK_TOKENS = 510  # a chunk's tokens: with [CLS] and [SEP], the 512 positions of MiniLM's table
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ModelCase:
     dropout: float
     model: str | None = None  # long: the saved TISA model whose kernels are read (None: fitted ones)
     banded: bool = True  # long: whether TISA may take the banded route (False: the blockwise route before it)
+    chunked: bool = False  # long: the original model reading the input as 512-token chunks (chunk-and-average)
 
     def label(self) -> str:
         label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
@@ -41,7 +43,9 @@ class ModelCase:
         return label
 
     def variant(self) -> str:
-        """`long`'s name of the model: plain, banded or blockwise."""
+        """`long`'s name of the model: plain, banded, blockwise or chunk."""
+        if self.chunked:
+            return "chunk"
         return "plain" if not self.tisa else "banded" if self.banded else "blockwise"
 
 
@@ -86,7 +90,7 @@ def long_input_model(case: ModelCase) -> torch.nn.Module:
     interpolation."""
     if not case.tisa:
         model = AutoModel.from_pretrained(minilm_path(), attn_implementation=case.implementation)
-        return PositionInterpolation(model).stretch_to(case.length)
+        return model if case.chunked else PositionInterpolation(model).stretch_to(case.length)
     if case.model is not None:
         return AutoModel.from_pretrained(case.model, attn_implementation=case.implementation)
     tisa = TisaConfig(num_kernels=LONG_KERNELS, mode="replace")
@@ -94,10 +98,15 @@ def long_input_model(case: ModelCase) -> torch.nn.Module:
 
 
 def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
+    """The case's inputs; a chunked case reads its length as full 512-token chunks in one batch (the last chunk of
+    a real document is shorter, so this is the cost of at most 510 tokens more)."""
     generator = torch.Generator().manual_seed(1)
+    shape = (case.batch, case.length)
+    if case.chunked:
+        shape = (case.batch * -(-case.length // CHUNK_TOKENS), CHUNK_TOKENS + 2)
     batch = {
-        "input_ids": torch.randint(1000, 20000, (case.batch, case.length), generator=generator),
-        "attention_mask": torch.ones(case.batch, case.length, dtype=torch.long),
+        "input_ids": torch.randint(1000, 20000, shape, generator=generator),
+        "attention_mask": torch.ones(shape, dtype=torch.long),
     }
     if case.section == "train":
         batch["labels"] = torch.randint(0, 2, (case.batch,), generator=generator)
