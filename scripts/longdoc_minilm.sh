@@ -45,7 +45,9 @@
 #             interpolation too), into docs/results/longdoc/spans-minilm; variants are chosen here and on
 #             passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
-# QMSUM_RECORDS and SPANS_RECORDS move the two record folders (default: under docs/results/longdoc).
+# Every retrieval record goes to docs/results/longdoc (longembed-minilm, -8192 and -32k: passkey and needle;
+# qmsum-minilm; spans-minilm), so that a rerun on any machine resumes it; LONGEMBED_RECORDS (the folder of the
+# three passkey and needle records), QMSUM_RECORDS and SPANS_RECORDS move them.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
 #   bash scripts/longdoc_minilm.sh adapt embed      # some stages, in the order given
@@ -59,6 +61,7 @@ WORKERS=${WORKERS:-1}
 BASELINES=(trunc:minilm chunk:minilm interp:minilm)
 QMSUM_RECORDS=${QMSUM_RECORDS:-docs/results/longdoc/qmsum-minilm}
 SPANS_RECORDS=${SPANS_RECORDS:-docs/results/longdoc/spans-minilm}
+LONGEMBED_RECORDS=${LONGEMBED_RECORDS:-docs/results/longdoc}
 export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s5-all read another way), one a line;
@@ -100,16 +103,31 @@ stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed s5-span
 }
 
-retrieval() {  # retrieval LONGEMBED_OPTIONS...: the baselines and the models in `adapted`, on the same documents,
-    # then BM25 and its fusion with the adapted S=5 model; paired to each baseline, once adapted to the bag-of-words
-    # control (does order help, not just length?), and to the distilled S=5 model once an embedding-objective model
-    # exists
+fusable() {  # fusable OUT SYSTEM: whether the record in OUT keeps SYSTEM's scores, or holds none of its cells
+    python -c 'import json, sys
+from pathlib import Path
+from tisa_hf.common.result_files import scores_path
+out, system = Path(sys.argv[1]), sys.argv[2]
+record = out / "longembed.json"
+measured = record.is_file() and system in json.loads(record.read_text())["results"]
+sys.exit(0 if not measured or scores_path(out, system, "").parent.is_dir() else 1)' "$1" "$2"
+}
+
+retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NAME, the baselines and the models in
+    # `adapted`, on the same documents, then BM25, and BM25 fused with the adapted S=5 model where the record keeps
+    # that model's scores or has none of its cells yet (an older record's cells would be measured again); paired to
+    # each baseline, once adapted to the bag-of-words control (does order help, not just length?), and to the
+    # distilled S=5 model once an embedding-objective model exists
+    local out=$LONGEMBED_RECORDS/$1
+    shift
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm bm25)  # run in this order
-    [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && systems+=("hybrid:bm25+$ADAPTED/s5-all")
+    if [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && fusable "$out" "$ADAPTED/s5-all"; then
+        systems+=("hybrid:bm25+$ADAPTED/s5-all")
+    fi
     local references=("${BASELINES[@]}")
     [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
     embedding_objective_present && references+=("$ADAPTED/s5-all")
-    tisa-hf longembed "$@" "${systems[@]}" --paired "${references[@]}"
+    tisa-hf longembed "$@" --out "$out" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
@@ -117,13 +135,13 @@ stage_embed() {
     mapfile -t adapted < <(adapted_models)
     embedding_objective_present && sts_references+=("$ADAPTED/s5-all")
     tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired "${sts_references[@]}"
-    retrieval --lengths 256 512 1024 2048 4096 --out runs/longembed-minilm
+    retrieval longembed-minilm --lengths 256 512 1024 2048 4096
 }
 
 stage_embed_8192() {
     local adapted
     mapfile -t adapted < <(adapted_models)
-    retrieval --lengths 8192 --documents 50 --queries 25 --out runs/longembed-minilm-8192
+    retrieval longembed-minilm-8192 --lengths 8192 --documents 50 --queries 25
 }
 
 sweep_setting() {  # sweep_setting SWEEP KEY: the sweep file's KEY, a list as its items on one line
@@ -186,7 +204,7 @@ stage_report_2048() { report "$HYPERPARTISAN_2048" 2048; }
 stage_embed_32k() {
     local adapted
     mapfile -t adapted < <(adapted_models)
-    retrieval --lengths 16384 32768 --documents 50 --queries 25 --out runs/longembed-minilm-32k
+    retrieval longembed-minilm-32k --lengths 16384 32768 --documents 50 --queries 25
 }
 
 corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, the baselines, the adapted s5-all and
