@@ -16,8 +16,11 @@
 #   7. s5-span: the embedding objective plus token-state distillation and span retrieval (section 7 below).
 #   8. Long-range variants of s5-all, to be paired with it at 4k-32k tokens (docs/results-longdoc.md, section 3):
 #      s5-all-lscale, s5-all read with the length-aware logit scale (TisaConfig.length_scale_from = 512; no training),
-#      and s5-far, s5-all's recipe with the far-field term (TisaConfig.far_field = "log": a learned -r·log(1 + |k|)
-#      per head and layer beside the kernels).
+#      s5-far, s5-all's recipe with the far-field term (TisaConfig.far_field = "log": a learned -r·log(1 + |k|)
+#      per head and layer beside the kernels), and s5-long, s5-all's recipe with the curriculum taken on to 1,024
+#      and 2,048 tokens, where the teacher's targets are its states read in overlapping 512-token windows (180 steps
+#      a length). A GPU's run: on 2 CPU cores a 1,024-token step of 8 blocks takes about 60 s and 10 GB, and the
+#      2,048-token stage would need about four times both.
 # The recipe for long-document embeddings is s5-all (step 2): s5-embed did worse on passkey retrieval and STS-B,
 # s5-span came back level with s5-all and no better (docs/results-longdoc.md, section 3).
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
@@ -97,6 +100,7 @@ adapt "$RUNS/s5-span" "${embed[@]}" --tisa.num_kernels 5 --embed-token-weight 1 
 
 # 8. Long-range variants of s5-all.
 adapt "$RUNS/s5-far" "${distill[@]}" --tisa.num_kernels 5 --tisa.far_field log --train all
+adapt "$RUNS/s5-long" "${distill[@]}" --tisa.num_kernels 5 --train all --lengths 128 256 512 1024 2048
 if wanted s5-all-lscale && [[ -f $RUNS/s5-all/metrics.json && ! -f $RUNS/s5-all-lscale/modules.json ]]; then
     python - "$RUNS/s5-all" "$RUNS/s5-all-lscale" <<'PY'
 import sys

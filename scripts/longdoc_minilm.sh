@@ -41,7 +41,7 @@
 #             commits as it goes resumes on any machine;
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
 #             their article among 61), the same systems as qmsum and the long-range variants that exist
-#             (s5-far, s5-all-lscale), each also with the max: read-out (one vector a window; chunking and
+#             (s5-far, s5-long, s5-all-lscale), each also with the max: read-out (one vector a window; chunking and
 #             interpolation too), into docs/results/longdoc/spans-minilm; variants are chosen here and on
 #             passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
@@ -66,7 +66,7 @@ export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s5-all read another way), one a line;
     # the missing ones named on stderr
-    for name in s5-all s0-all s5-embed s5-span s0-embed s5-far s5-all-lscale; do
+    for name in s5-all s0-all s5-embed s5-span s0-embed s5-far s5-long s5-all-lscale; do
         if [[ -f $ADAPTED/$name/metrics.json || -f $ADAPTED/$name/modules.json ]]; then
             echo "$ADAPTED/$name"
         else
@@ -234,7 +234,7 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, 
 
 # QMSum reads the systems the development task chose: the max: read-out of chunking and of the adapted s5-all.
 stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all"; }
-stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" "chunk:minilm interp:minilm adapted" s5-far s5-all-lscale; }
+stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" "chunk:minilm interp:minilm adapted" s5-far s5-long s5-all-lscale; }
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)

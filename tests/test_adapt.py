@@ -120,10 +120,10 @@ def test_distill_loss_is_zero_when_the_student_is_the_teacher(model_type):
     input_ids = torch.randint(5, 99, (3, 12))
     for layers in ("last", "all"):
         for loss in ("cosine", "mse"):
-            output = DistillationObjective(same, teacher, layers, loss)(input_ids)
+            output = DistillationObjective(same, teacher, 40, layers, loss)(input_ids)
             assert output.loss.item() == pytest.approx(0.0, abs=1e-6)
             assert output.counts.tolist() == [12, 12, 12]
-            output = DistillationObjective(other, teacher, layers, loss)(input_ids)
+            output = DistillationObjective(other, teacher, 40, layers, loss)(input_ids)
             expected = reference_distance(other, teacher, input_ids, layers, loss)
             assert output.loss.item() == pytest.approx(expected, rel=1e-5) and expected > 1e-3
             assert output.sums.sum().item() / output.counts.sum().item() == pytest.approx(expected, rel=1e-5)
@@ -181,6 +181,27 @@ def test_curriculum_visits_the_lengths_in_order_with_equal_steps(workspace, tmp_
     curriculum = record["adaptation"]["curriculum"]
     assert [(stage["length"], stage["steps"]) for stage in curriculum] == [(8, 2), (16, 2), (32, 3)]
     assert record["steps"] == 7
+
+
+def test_distillation_trains_past_the_teachers_table_on_windowed_targets(workspace, tmp_path, monkeypatch):
+    seen = []
+    forward = DistillationObjective.forward
+
+    def recording_forward(self, input_ids):
+        output = forward(self, input_ids)
+        seen.append((self.training, input_ids.shape[1], output.counts.tolist()))
+        return output
+
+    monkeypatch.setattr(DistillationObjective, "forward", recording_forward)
+    argv = adapt_argv(workspace, tmp_path / "run", "--eval-steps", "4")
+    argv[argv.index("--lengths") + 1 : argv.index("--max-steps")] = ["32", "96"]
+    record = run_adapt(argv)
+    adaptation = record["adaptation"]
+    assert (adaptation["teacher_table"], adaptation["teacher_window_stride"]) == (64, 31)
+    assert [stage["length"] for stage in adaptation["curriculum"]] == [32, 96]
+    assert [length for training, length, _ in seen if training] == [32, 32, 96, 96]
+    assert all(counts == [94] * len(counts) for _, length, counts in seen if length == 96)  # the body tokens
+    assert set(record["metrics"]["held_out_loss"]) == {"32", "96"}
 
 
 @pytest.mark.parametrize(
@@ -243,9 +264,10 @@ BAD_INPUTS = {
         "--lengths has 96 tokens but {model}'s position table holds 64, which TISA mode='add' keeps; use "
         "--tisa.mode replace, or lengths <= 64.",
     ),
-    "distill beyond the table": (
-        ("--lengths", "16", "96"),
-        "--objective distill compares with the teacher, which reads at most 64 tokens, and --lengths has 96",
+    "distill beyond the table in add mode": (
+        ("--tisa.mode", "add", "--lengths", "16", "96"),
+        "--lengths has 96 tokens but {model}'s position table holds 64, which TISA mode='add' keeps; use "
+        "--tisa.mode replace, or lengths <= 64.",
     ),
     "no kernels to train": (("--tisa.num_kernels", "0"), "--train kernels, but num_kernels is 0"),
 }

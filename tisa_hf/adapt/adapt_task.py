@@ -53,6 +53,7 @@ from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, Adap
 from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
 from .plan import AdaptationPlan, plan_adaptation
 from .sentence_output import reading_length_line
+from .windowed_teacher import window_stride
 
 EVAL_MASKING_SEED = 0
 
@@ -100,7 +101,7 @@ def build_objective(plan: AdaptationPlan, tisa_args: AdaptTisaArguments, adapt_a
             adapt_args.embed_span_weight,
             adapt_args.embed_span_tokens,
         )
-    return DistillationObjective(student, teacher, layers, loss)
+    return DistillationObjective(student, teacher, plan.facts.table_length, layers, loss)
 
 
 def training_stages(
@@ -170,6 +171,10 @@ def adaptation_record(plan: AdaptationPlan, adapt_args: AdaptArguments, batch_si
             )
     if adapt_args.objective == "distill" or adapt_args.objective == "embed" and adapt_args.embed_token_weight:
         record.update(distill_layers=adapt_args.distill_layers, distill_loss=adapt_args.distill_loss)
+    if adapt_args.objective == "distill" and max(adapt_args.lengths) > plan.facts.table_length:
+        record.update(
+            teacher_table=plan.facts.table_length, teacher_window_stride=window_stride(plan.facts.table_length)
+        )
     record.update(
         text=adapt_args.train_text,
         articles={"train": len(plan.train_documents), "held_out": len(plan.held_out_documents)},

@@ -35,7 +35,8 @@ class AdaptArguments:
     objective: Literal["distill", "mlm", "embed"] = field(
         default="distill",
         metadata={
-            "help": "'distill': match the unpatched model's hidden states (any encoder, blocks up to its table); "
+            "help": "'distill': match the unpatched model's hidden states (any encoder; beyond its table, replace "
+            "mode, its states read in overlapping windows); "
             "'mlm': continued masked-LM training (needs an MLM head; replace mode may exceed the table); "
             "'embed': match the unpatched model's mean-pooled embedding, beyond its table its chunk-average."
         },

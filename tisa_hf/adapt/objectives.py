@@ -1,7 +1,9 @@
 """The adaptation objectives as modules whose forward returns the loss (what the training loop calls).
 
 `DistillationObjective`: the patched student's hidden states against those of the unpatched teacher on the
-same blocks. The default distance is the cosine one, 1 - cos(h_student, h_teacher) per token:
+same blocks; blocks longer than the teacher's table (replace mode) against the teacher's states read in
+overlapping windows (`windowed_teacher.py`), body tokens only. The default distance is the cosine one,
+1 - cos(h_student, h_teacher) per token:
 - it is the agreement `tisa-hf lm-eval` reports, so training optimises what is measured;
 - BERT-family hidden states have a few outlier dimensions far larger than the rest, which dominate a squared
   error, whereas the cosine weighs the direction of the whole vector;
@@ -26,6 +28,7 @@ states are gathered and only they go through the MLM head, never (positions x vo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -44,6 +47,7 @@ from ..common.pooling import chunk_average
 from ..common.text import special_tokens_mask
 from ..errors import UsageError
 from ..model_configs import plain_model_config
+from .windowed_teacher import windowed_states
 
 DistillLoss = Literal["cosine", "mse"]
 DistillLayers = Literal["last", "all"]
@@ -102,15 +106,20 @@ def masked_token_losses(
 class DistillationObjective(nn.Module):
     """The hidden states of `model` (the student) against the teacher's: the last layer's, or every layer's
     (embeddings excluded: in `replace` mode the student's embedding output lacks the position vectors by design).
+    A block longer than `table`, the teacher's position table, is compared on its body tokens with the teacher's
+    windowed states.
 
     The teacher is deliberately not a submodule: it stays frozen and in eval mode whatever `train()` is called,
     is never checkpointed (it is rebuilt from the same pretrained weights) and is invisible to DDP.
     """
 
-    def __init__(self, model: PreTrainedModel, teacher: PreTrainedModel, layers: DistillLayers, loss: DistillLoss):
+    def __init__(
+        self, model: PreTrainedModel, teacher: PreTrainedModel, table: int, layers: DistillLayers, loss: DistillLoss
+    ):
         super().__init__()
         self.model = model
         self._teacher = (teacher.eval().requires_grad_(False),)
+        self.table = table
         self.layers = layers
         self.loss = loss
 
@@ -123,13 +132,19 @@ class DistillationObjective(nn.Module):
         return output.hidden_states[1:] if self.layers == "all" else (output.last_hidden_state,)
 
     def forward(self, input_ids: torch.Tensor) -> ObjectiveOutput:
+        windowed = input_ids.shape[1] > self.table
         with torch.no_grad():
-            targets = self._states(self.teacher, input_ids)
+            if windowed:
+                targets = windowed_states(partial(self._states, self.teacher), input_ids, self.table)
+            else:
+                targets = self._states(self.teacher, input_ids)
         states = self._states(self.model, input_ids)
+        if windowed:  # the body tokens: [CLS] and [SEP] have no windowed target
+            states = tuple(state[:, 1:-1] for state in states)
         distances = torch.stack(
             [token_distances(state, target, self.loss) for state, target in zip(states, targets, strict=True)]
         ).mean(0)
-        counts = torch.full((input_ids.shape[0],), input_ids.shape[1], device=input_ids.device)
+        counts = torch.full((input_ids.shape[0],), distances.shape[1], device=input_ids.device)
         return ObjectiveOutput(loss=distances.mean(), sums=distances.sum(-1), counts=counts)
 
 
@@ -181,8 +196,7 @@ class EmbeddingObjective(DistillationObjective):
         span_weight: float = 0.0,
         span_tokens: int = 32,
     ):
-        super().__init__(model, teacher, layers if token_weight else "last", loss)
-        self.table = table
+        super().__init__(model, teacher, table, layers if token_weight else "last", loss)
         self.token_weight = token_weight
         self.span_weight = span_weight
         self.span_tokens = span_tokens

@@ -96,11 +96,6 @@ def _check_lengths(
     table, longest = facts.table_length, max(lengths)
     if longest <= table:
         return
-    if adapt_args.objective == "distill":
-        raise UsageError(
-            f"--objective distill compares with the teacher, which reads at most {table} tokens, and --lengths has "
-            f"{longest}; keep the lengths <= {table}, or train longer blocks with --objective mlm in replace mode."
-        )
     if not reads_any_length(tisa):
         kept_by = "TISA mode='add'" if tisa is not None else "the unpatched model"
         raise UsageError(
