@@ -32,7 +32,7 @@
 #   embed-32k  retrieval at 16,384 and 32,768 tokens, 50 documents and 25 queries a length (on an H200: about 35 s
 #             a TISA model at 16,384 and 130 s at 32,768, through the blockwise route's GPU blocks).
 # Real long documents (hours on 2 CPU cores; a system resumes at its next document):
-#   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 8k-37k tokens, 1,527 summaries):
+#   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 1.5k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model and its bag-of-words control (those that
 #             exist), the max: read-out of chunking and of the S=5 model (chosen on spans), and BM25 fused with
 #             each dense system; paired to BM25, to each baseline and to max:chunk:minilm, into

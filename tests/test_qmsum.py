@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from embedding_fixtures import WORDS, parse_systems_then_options, record_loaded_systems, write_tiny_encoder
+from transformers import AutoTokenizer
 
 from tisa_hf.errors import UsageError
 
@@ -28,20 +29,21 @@ SHARED_QMSUM = Path(__file__).resolve().parents[2] / "shared" / "longdoc" / "qms
 REPEATED = "the group agreed on the sky and the sun"  # one summary of two meetings
 
 
-def write_meetings(folder: Path, seed: int = 0) -> None:
-    """QMSum's layout: train/ and val/ of one JSON file a meeting; 3 + 1 meetings, 2-3 summaries each, one summary
-    text in two meetings."""
+def write_meetings(folder: Path, seed: int = 0, turns: tuple[int, ...] = (8, 8, 8, 8)) -> None:
+    """QMSum's layout: train/ and val/ of one JSON file a meeting; 3 + 1 meetings of `turns` turns, 2-3 summaries
+    each, one summary text in two meetings."""
     rng = random.Random(seed)
     sizes = {"train/Bdb001": 3, "train/ES2002a": 2, "train/TS3003b": 2, "val/IS1000a": 2}
     for index, (name, summaries) in enumerate(sizes.items()):
-        turns = [{"speaker": f"Speaker {turn % 3}", "content": " ".join(rng.choices(WORDS, k=12))} for turn in range(8)]
+        words = [" ".join(rng.choices(WORDS, k=12)) for _ in range(turns[index])]
+        turns_of = [{"speaker": f"Speaker {turn % 3}", "content": content} for turn, content in enumerate(words)]
         pairs = [
             {"query": "q?", "answer": f"{name} summary {k}: " + " ".join(rng.choices(WORDS, k=6))}
             for k in range(summaries)
         ]
         specific = [{"query": "s?", "answer": REPEATED, "relevant_text_span": [["0", "1"]]}] if index in (0, 2) else []
         meeting = {"topic_list": [], "general_query_list": pairs[:1], "specific_query_list": pairs[1:] + specific}
-        meeting["meeting_transcripts"] = turns
+        meeting["meeting_transcripts"] = turns_of
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.json").write_text(json.dumps(meeting))
 
@@ -279,3 +281,26 @@ def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_pa
         f"max:chunk:{tiny}: tisa-hf longembed reads one vector a text; the max: read-out is measured by tisa-hf "
         "qmsum and tisa-hf spans."
     )
+
+
+def test_measures_by_meeting_length_equal_direct_means_over_the_groups(workspace, tmp_path, monkeypatch, loaded):
+    tiny, data = str(workspace / "tiny"), tmp_path / "qmsum"
+    write_meetings(data, turns=(4, 8, 12, 16))
+    meetings = read_meetings(data)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    lengths = np.array([len(ids) for ids in tokenizer(meetings.documents)["input_ids"]])[meetings.answers]
+    split = int(np.median(lengths)) + 1
+    monkeypatch.setattr(qmsum, "LENGTH_GROUPS", (0, split))
+    out = tmp_path / "out"
+    argv = [f"trunc:{tiny}", "bm25", "--out", str(out), "--data", str(data), "--max-tokens", "400"]
+    assert qmsum.main([*argv, "--bootstrap", "200"]) == 0
+    record = json.loads((out / "qmsum.json").read_text())
+    assert record["settings"]["document_tokens"]["per_query"] == lengths.tolist()
+    groups = record["by_length"]
+    assert list(groups) == [f"0-{split:,} tokens", f"{split:,}+ tokens"]
+    for name, inside in zip(groups, (lengths < split, lengths >= split), strict=True):
+        assert groups[name]["queries"] == int(inside.sum()) > 0
+        for system, result in record["results"].items():
+            expected = np.asarray(per_query("ndcg_at_10", result["ranks"]))[inside].mean()
+            assert groups[name]["systems"][system]["ndcg_at_10"] == pytest.approx(expected)
+    assert "nDCG@10 x100 by the length of the query's meeting (queries)" in (out / "qmsum.md").read_text()

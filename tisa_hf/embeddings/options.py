@@ -88,7 +88,7 @@ def qmsum_parser() -> argparse.ArgumentParser:
     parser = new_parser(
         "tisa-hf qmsum",
         "LongEmbed's QMSum retrieval (nDCG@10, Acc@1, MRR@10): meeting summaries find their meeting among 197 "
-        "transcripts of 8k-37k tokens, rebuilt offline from QMSum's files.",
+        "transcripts of 1.5k-37k tokens, rebuilt offline from QMSum's files.",
     )
     parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
     parser.add_argument("--out", required=True, help="Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")

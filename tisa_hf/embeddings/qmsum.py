@@ -1,4 +1,4 @@
-"""`tisa-hf qmsum`: LongEmbed's QMSum retrieval, real meetings of 8k-37k tokens (`qmsum_data.py`).
+"""`tisa-hf qmsum`: LongEmbed's QMSum retrieval, real meetings of 1.5k-37k tokens (`qmsum_data.py`).
 
 Every system scores the 1,527 summaries against the 197 meeting transcripts; per query, the rank of its meeting
 gives nDCG@10 (LongEmbed's score), Acc@1 and MRR@10 (`ranking.py`). A model reads a document's token ids, cut at
@@ -42,6 +42,7 @@ from .lexical import bm25_scores
 from .longembed import ordered, system_facts
 from .options import qmsum_parser
 from .qmsum_data import Meetings, read_meetings
+from .query_groups import by_group, group_tables
 from .ranking import MEASURE_LABELS, MEASURES, answer_ranks, per_query, reciprocal_rank_fusion
 from .systems import (
     Embedder,
@@ -95,6 +96,7 @@ class CorpusKind:
 
 
 QMSUM = CorpusKind("qmsum", "QMSum", "meetings", PUBLISHED_NDCG_AT_10)
+LENGTH_GROUPS = (0, 8192, 16384)  # the query's meeting, in tokens: [0, 8192), [8192, 16384), 16384+
 
 
 @dataclass
@@ -150,7 +152,11 @@ def prepare(args: argparse.Namespace, kind: CorpusKind = QMSUM, meetings: Meetin
         for spec in models:
             spec.check_lengths([max(map(len, documents))])
         settings["documents_cut"] = sum(len(document) > args.max_tokens for document in whole)
-        settings["document_tokens"] = {"mean": float(np.mean([len(d) for d in whole])), "max": max(map(len, whole))}
+        settings["document_tokens"] = {
+            "mean": float(np.mean([len(d) for d in whole])),
+            "max": max(map(len, whole)),
+            "per_query": [len(whole[answer]) for answer in meetings.answers],  # its relevant document's, uncut
+        }
         settings["tokens_sha256"] = digest([documents, query_ids])
     results = Path(args.out) / kind.results_file
     record = resumable_record(results, {key: settings[key] for key in settings if "tokens" not in key}, args.overwrite)
@@ -355,6 +361,13 @@ def run(args: argparse.Namespace, kind: CorpusKind = QMSUM, meetings: Meetings |
 def main(argv: list[str] | None = None) -> int:
     args = qmsum_parser().parse_args(sys.argv[1:] if argv is None else argv)
     record = run(args)
+    lengths = record["settings"].get("document_tokens", {}).get("per_query")
+    if lengths:  # counted where a model is among the systems
+        out = Path(args.out)
+        record["by_length"] = by_group(record, lengths, LENGTH_GROUPS, "tokens")
+        write_record(record, out / QMSUM.results_file)
+        with (out / QMSUM.tables_file).open("a") as tables:
+            tables.write("\n" + group_tables(record["by_length"], "the length of the query's meeting"))
     for name, result in record["results"].items():
         print(f"{name}: nDCG@10 {100 * result['ndcg_at_10']:.1f}, Acc@1 {100 * result['acc_at_1']:.1f}")
     return 0

@@ -12,20 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from ..common.result_files import write_record
-from ..common.tables import markdown_table
 from .qmsum import CorpusKind, run
-from .ranking import MEASURE_LABELS, per_query
+from .query_groups import by_group, group_tables
 from .span_data import SpanTask, read_span_task
 from .systems import dense_systems, parse_system, shared_tokenizer
 
 SPANS = CorpusKind("spans", "WikiText passages", "articles", {})
-DEPTH_BUCKETS = (0, 512, 2048, 8192)  # where the passage starts, in tokens: [0, 512), [512, 2048), ...
-DEPTH_MEASURES = ("acc_at_1", "ndcg_at_10")
+DEPTH_GROUPS = (0, 512, 2048, 8192)  # where the passage starts, in tokens: [0, 512), [512, 2048), ...
 
 
 def passage_depths(task: SpanTask, systems: list[str]) -> tuple[list[int], str]:
@@ -43,47 +38,6 @@ def passage_depths(task: SpanTask, systems: list[str]) -> tuple[list[int], str]:
     return [len(ids) + 1 for ids in counts], "tokens"
 
 
-def bucket_name(start: int, stop: int | None, unit: str) -> str:
-    return f"{start:,}+ {unit}" if stop is None else f"{start:,}-{stop:,} {unit}"
-
-
-def by_depth(record: dict[str, Any], depths: list[int], unit: str) -> dict[str, Any]:
-    """Per depth bucket, its number of queries and every system's mean of each of `DEPTH_MEASURES` there."""
-    depths_array = np.asarray(depths)
-    edges = [*DEPTH_BUCKETS, None]
-    buckets = {}
-    for start, stop in zip(edges[:-1], edges[1:], strict=True):
-        inside = (depths_array >= start) & (depths_array < (stop if stop is not None else np.inf))
-        if not inside.any():
-            continue
-        buckets[bucket_name(start, stop, unit)] = {
-            "queries": int(inside.sum()),
-            "systems": {
-                name: {
-                    measure: float(np.mean(np.asarray(per_query(measure, result["ranks"]))[inside]))
-                    for measure in DEPTH_MEASURES
-                }
-                for name, result in record["results"].items()
-            },
-        }
-    return buckets
-
-
-def depth_tables(buckets: dict[str, Any]) -> str:
-    """Markdown: a table per measure, a row per system and a column per depth bucket."""
-    sections = []
-    columns = [f"{name} ({bucket['queries']})" for name, bucket in buckets.items()]
-    systems = next(iter(buckets.values()))["systems"] if buckets else {}
-    for measure in DEPTH_MEASURES:
-        rows = {
-            system: [f"{100 * bucket['systems'][system][measure]:.1f}" for bucket in buckets.values()]
-            for system in systems
-        }
-        title = f"{MEASURE_LABELS[measure]} x100 by where the passage starts in its article (queries)"
-        sections.append(f"{title}:\n\n{markdown_table(columns, rows, 'system')}")
-    return "\n\n".join(sections) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     from .options import spans_parser
 
@@ -92,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     args.meetings = None  # the corpus is given, not read from QMSum's folder
     record = run(args, SPANS, task)
     depths, unit = passage_depths(task, args.systems)
-    record["by_depth"] = by_depth(record, depths, unit)
+    record["by_depth"] = by_group(record, depths, DEPTH_GROUPS, unit)
     out = Path(args.out)
     write_record(record, out / SPANS.results_file)
     with (out / SPANS.tables_file).open("a") as tables:
-        tables.write("\n" + depth_tables(record["by_depth"]))
+        tables.write("\n" + group_tables(record["by_depth"], "where the passage starts in its article"))
     for name, result in record["results"].items():
         print(f"{name}: nDCG@10 {100 * result['ndcg_at_10']:.1f}, Acc@1 {100 * result['acc_at_1']:.1f}")
     return 0
