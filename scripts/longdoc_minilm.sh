@@ -208,9 +208,10 @@ stage_embed_32k() {
 }
 
 corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, the baselines, the adapted s5-all and
-    # s0-all and the named variants that exist, and BM25 fused with each dense system, paired to BM25 and each
-    # baseline; MAX lists the systems also read with the max: read-out (one vector a window): baselines as spelled,
-    # adapted models by name, `adapted` for all of them; paired to max:chunk:minilm too when it is one
+    # s0-all and the named variants that exist, and BM25 fused with each dense system, paired to BM25, each
+    # baseline and the adapted s5-all (the recipe every variant and read-out is weighed against); MAX lists the
+    # systems also read with the max: read-out (one vector a window): baselines as spelled, adapted models by name,
+    # `adapted` for all of them; paired to max:chunk:minilm too when it is one
     local command=$1 out=$2 adapted dense=("${BASELINES[@]}") system hybrids=() wanted=(s5-all s0-all) windows=()
     local references=(bm25 "${BASELINES[@]}") max
     read -ra max <<<"$3"
@@ -227,6 +228,7 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, 
             [[ " ${max[*]} " =~ " "(adapted|$(basename "$system"))" " ]] && windows+=("$system")
         fi
     done
+    [[ " ${dense[*]} " == *" $ADAPTED/s5-all "* ]] && references+=("$ADAPTED/s5-all")
     for system in "${windows[@]}"; do dense+=("max:$system"); done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
     tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired "${references[@]}"
