@@ -35,9 +35,9 @@
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 1.5k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model and its bag-of-words control (those that
 #             exist), the max: read-out of chunking and of the S=5 model (chosen on spans), and BM25 fused with
-#             each dense system; paired to BM25, to each baseline and to max:chunk:minilm, into
+#             each dense system; paired to BM25, to each baseline, to max:chunk:minilm and to s5-all, into
 #             docs/results/longdoc/qmsum-minilm: the records themselves, with every system's document embeddings
-#             (kept after each meeting) and scores, a few MB in all, so that a run of many hours that a session
+#             (kept after each meeting) and scores, about 3 MB a system, so that a run of many hours that a session
 #             commits as it goes resumes on any machine;
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
 #             their article among 61), the same systems as qmsum and the long-range variants that exist
