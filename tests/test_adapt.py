@@ -21,6 +21,7 @@ from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
 from tisa_hf.adapt.plan import curriculum_steps
 from tisa_hf.cli import entry
+from tisa_hf.common.model_cards import adaptation_section
 from tisa_hf.common.text import (
     block_count,
     mask_blocks,
@@ -202,6 +203,9 @@ def test_distillation_trains_past_the_teachers_table_on_windowed_targets(workspa
     assert [length for training, length, _ in seen if training] == [32, 32, 96, 96]
     assert all(counts == [94] * len(counts) for _, length, counts in seen if length == 96)  # the body tokens
     assert set(record["metrics"]["held_out_loss"]) == {"32", "96"}
+    assert "; beyond 64 tokens, the teacher's states read in overlapping 64-token windows 31 tokens apart" in (
+        adaptation_section(record)
+    )
 
 
 @pytest.mark.parametrize(
