@@ -48,13 +48,17 @@ def windowed_states(
     batch, length = input_ids.shape
     body, width = length - 2, table - 2
     starts = torch.tensor(window_starts(body, table), device=input_ids.device)
-    columns = 1 + starts[:, None] + torch.arange(width, device=input_ids.device)  # (windows, width) into the block
     windows = len(starts)
-    ends = (input_ids[:, :1], input_ids[:, -1:])  # [CLS] and [SEP]
-    read = torch.cat(
-        [ends[0][:, None].expand(batch, windows, 1), input_ids[:, columns], ends[1][:, None].expand(batch, windows, 1)],
-        dim=-1,
+    # (windows, table) columns of the block: its [CLS], the window's body tokens, its [SEP]
+    columns = torch.cat(
+        [
+            starts.new_zeros(windows, 1),
+            1 + starts[:, None] + torch.arange(width, device=input_ids.device),
+            starts.new_full((windows, 1), length - 1),
+        ],
+        dim=1,
     )
+    read = input_ids[:, columns]
     chosen, offsets = nearest_windows(body, table, input_ids.device)
     return tuple(
         states.view(batch, windows, table, -1)[:, chosen, 1 + offsets] for states in states_of(read.flatten(0, 1))

@@ -66,14 +66,14 @@ def adaptation_section(record: dict[str, Any]) -> str:
         distance = "1 - cosine" if adaptation["distill_loss"] == "cosine" else "the mean squared error"
         tokens = f"{layers} hidden states matched to the teacher's by {distance} per token"
     if adaptation["objective"] == "distill":
-        objective = f"Distilled from the unpatched `{adaptation['teacher']}`: {tokens}."
+        windowed = ""
         if "teacher_table" in adaptation:  # blocks longer than the teacher's table (`adapt/windowed_teacher.py`)
             table, stride = adaptation["teacher_table"], adaptation["teacher_window_stride"]
-            objective = (
-                f"{objective[:-1]}; beyond {table} tokens, the teacher's states read in overlapping {table}-token "
-                f"windows {stride} tokens apart, each token's from the window centred nearest it ([CLS] and [SEP] "
-                "not compared)."
+            windowed = (
+                f"; beyond {table} tokens, the teacher's states read in overlapping {table}-token windows {stride} "
+                "tokens apart, each token's from the window centred nearest it ([CLS] and [SEP] not compared)"
             )
+        objective = f"Distilled from the unpatched `{adaptation['teacher']}`: {tokens}{windowed}."
     elif adaptation["objective"] == "embed":
         table, weight = adaptation["teacher_table"], adaptation["embed_token_weight"]
         added = f", plus {weight} times {tokens} (blocks of at most {table} tokens)" if weight else ""
