@@ -7,14 +7,14 @@
 #             S=5 model adapted on the pooled embedding, alone and with span retrieval
 #             (`adapt_minilm.sh s5-all s0-all s5-embed s5-span`);
 #   embed     zero-shot STS-B of the original and every adapted model (`tisa-hf sts`, a minute or two each; a
-#             rerun scores only the models its sts.json lacks), paired to the original (and to the distilled S=5
-#             model once an embedding-objective model exists), then
+#             rerun scores only the models its sts.json lacks), paired to the original and to the distilled S=5
+#             model (the recipe each variant is weighed against), then
 #             retrieval past 512 tokens (`tisa-hf longembed`, LongEmbed's passkey and needle tasks), every system
 #             on the same documents: the original truncated at its table, chunk-and-average, position
 #             interpolation, the adapted models and unadapted replace S=5, BM25 and BM25 fused with the
 #             adapted S=5 model; 256 to 4,096 tokens with 100
-#             documents and 50 queries a length; paired intervals to the three baselines (about 25 minutes a
-#             TISA model on 2 CPU cores);
+#             documents and 50 queries a length; paired intervals to the three baselines, the bag-of-words
+#             control and the distilled S=5 model (about 25 minutes a TISA model on 2 CPU cores);
 #   embed-8192  the same at 8,192 tokens with 50 documents and 25 queries (a TISA model reads such a document
 #             in about 20 s on 2 CPU cores: about 40 minutes a TISA model);
 #   classify  Hyperpartisan (configs/sweeps/hyperpartisan-minilm.yaml): every ready variant on fold 0, the rate of
@@ -45,9 +45,9 @@
 #             interpolation too), into docs/results/longdoc/spans-minilm; variants are chosen here and on
 #             passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
-# Every retrieval record goes to docs/results/longdoc (longembed-minilm, -8192 and -32k: passkey and needle;
-# qmsum-minilm; spans-minilm), so that a rerun on any machine resumes it; LONGEMBED_RECORDS (the folder of the
-# three passkey and needle records), QMSUM_RECORDS and SPANS_RECORDS move them.
+# Every embedding record goes to docs/results/longdoc (sts-minilm; longembed-minilm, -8192 and -32k: passkey and
+# needle; qmsum-minilm; spans-minilm), so that a rerun on any machine resumes it; STS_RECORDS, LONGEMBED_RECORDS (the
+# folder of the three passkey and needle records), QMSUM_RECORDS and SPANS_RECORDS move them.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
 #   bash scripts/longdoc_minilm.sh adapt embed      # some stages, in the order given
@@ -61,6 +61,7 @@ WORKERS=${WORKERS:-1}
 BASELINES=(trunc:minilm chunk:minilm interp:minilm)
 QMSUM_RECORDS=${QMSUM_RECORDS:-docs/results/longdoc/qmsum-minilm}
 SPANS_RECORDS=${SPANS_RECORDS:-docs/results/longdoc/spans-minilm}
+STS_RECORDS=${STS_RECORDS:-docs/results/longdoc/sts-minilm}
 LONGEMBED_RECORDS=${LONGEMBED_RECORDS:-docs/results/longdoc}
 export HF_HUB_OFFLINE=1
 
@@ -93,12 +94,6 @@ for name, settings in sweep["variants"].items():
 PY
 }
 
-embedding_objective_present() {  # whether `adapted` holds a model adapted on the pooled embedding: it is then
-    # paired to the distilled S=5 model (does that objective help?)
-    local pattern=" $ADAPTED/s5-(embed|span) "
-    [[ " ${adapted[*]} " =~ $pattern ]]
-}
-
 stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed s5-span
 }
@@ -116,8 +111,8 @@ sys.exit(0 if not measured or scores_path(out, system, "").parent.is_dir() else 
 retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NAME, the baselines and the models in
     # `adapted`, on the same documents, then BM25, and BM25 fused with the adapted S=5 model where the record keeps
     # that model's scores or has none of its cells yet (an older record's cells would be measured again); paired to
-    # each baseline, once adapted to the bag-of-words control (does order help, not just length?), and to the
-    # distilled S=5 model once an embedding-objective model exists
+    # each baseline, to the bag-of-words control (does order help, not just length?) and to the distilled S=5 model
+    # (the recipe every variant is weighed against), those adapted
     local out=$LONGEMBED_RECORDS/$1
     shift
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm bm25)  # run in this order
@@ -126,15 +121,15 @@ retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NA
     fi
     local references=("${BASELINES[@]}")
     [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
-    embedding_objective_present && references+=("$ADAPTED/s5-all")
+    [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && references+=("$ADAPTED/s5-all")
     tisa-hf longembed "$@" --out "$out" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
     local adapted sts_references=(minilm)
     mapfile -t adapted < <(adapted_models)
-    embedding_objective_present && sts_references+=("$ADAPTED/s5-all")
-    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out runs/sts-minilm --paired "${sts_references[@]}"
+    [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && sts_references+=("$ADAPTED/s5-all")
+    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out "$STS_RECORDS" --paired "${sts_references[@]}"
     retrieval longembed-minilm --lengths 256 512 1024 2048 4096
 }
 
