@@ -1,6 +1,6 @@
 """CUDA correctness of TISA's attention routes (skipped without a GPU): sdpa against eager with padding in every
 precision, kernel-only training of a frozen encoder, replace mode far past the position table, flex attention's
-kernel gradients, and a checkpoint saved on the GPU read on the CPU."""
+kernel gradients, a checkpoint saved on the GPU read on the CPU, and kernels fitted to a model on the GPU."""
 
 from __future__ import annotations
 
@@ -148,3 +148,22 @@ def test_checkpoint_saved_on_gpu_gives_identical_float32_logits_on_cpu(tmp_path)
         moved = model.cpu()(input_ids=input_ids.cpu(), attention_mask=mask.cpu()).logits
     assert torch.equal(on_cpu, moved)  # the checkpoint holds exactly the GPU model's weights and kernels
     torch.testing.assert_close(on_cpu, on_gpu, atol=1e-5, rtol=1e-4)
+
+
+def test_kernel_fit_of_profiles_on_the_gpu_is_the_cpu_fit_returned_there():
+    offsets = torch.arange(-20, 21, dtype=torch.float32)
+    profiles = torch.stack([torch.exp(-0.05 * (offsets - 3) ** 2), -0.5 * torch.exp(-0.3 * offsets**2)])
+    on_cpu, on_gpu = tisa_hf.fit_kernels(profiles, 2), tisa_hf.fit_kernels(profiles.to(CUDA), 2)
+    for name in ("amplitude", "sharpness", "center", "constant", "r2"):
+        assert getattr(on_gpu, name).device.type == "cuda"
+        assert torch.equal(getattr(on_gpu, name).cpu(), getattr(on_cpu, name))
+
+
+def test_patching_a_model_on_the_gpu_fits_its_kernels_there():
+    model = AutoModel.from_config(tiny_config("bert")).to(CUDA)
+    profile = tisa_hf.extract_positional_profiles(model).toeplitz.profile
+    expected = tisa_hf.fit_kernels(profile, 3, window=6)
+    tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=3, fit_window=6))
+    assert model.tisa.amplitude.device.type == "cuda"
+    torch.testing.assert_close(model.tisa.amplitude, expected.amplitude, rtol=0, atol=0)
+    torch.testing.assert_close(model.tisa.center, expected.center, rtol=0, atol=0)

@@ -26,7 +26,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -52,6 +52,9 @@ class KernelFit:
     center: torch.Tensor
     constant: torch.Tensor
     r2: torch.Tensor
+
+    def to(self, device: torch.device) -> KernelFit:
+        return KernelFit(**{field.name: getattr(self, field.name).to(device) for field in fields(self)})
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ def fit_kernels(
 
     Starts: 15 seeded at the profile's peaks (see `_peak_seeded_starts`), plus `restarts` random ones; all are
     iterated for a fifth of `iterations`, the best quarter of them for another fifth, and the best one to the end.
+    The fit runs on the CPU in float64 wherever the profiles are (a small problem, and the same kernels for a model
+    patched on any device); the result is on the profiles' device.
     """
     if num_kernels < 1:
         raise ValueError(f"fit_kernels needs num_kernels >= 1, got {num_kernels}.")
@@ -95,7 +100,8 @@ def fit_kernels(
     window = min(window or length - 1, length - 1)
     check_fit_size(num_kernels, window)
     with threads_bounded_to_share():
-        return _fit(profiles, num_kernels, window, restarts, iterations, seed, ridge)
+        fit = _fit(profiles.detach().cpu(), num_kernels, window, restarts, iterations, seed, ridge)
+    return fit.to(profiles.device)
 
 
 def check_fit_size(num_kernels: int, window: int) -> None:
