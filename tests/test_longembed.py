@@ -20,7 +20,7 @@ from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
 from tisa_hf.common.machine import machine  # noqa: E402
-from tisa_hf.common.result_files import scores_path  # noqa: E402
+from tisa_hf.common.result_files import file_name, scores_path  # noqa: E402
 from tisa_hf.embeddings import longembed  # noqa: E402
 from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
 from tisa_hf.embeddings.longembed_data import build_task, text_haystack  # noqa: E402
@@ -157,6 +157,40 @@ def test_a_run_writes_every_cell_resumes_and_pairs_on_the_same_queries(workspace
         "settings to resume, or choose another --out, or pass --overwrite to start over."
     )
     assert loaded == [chunk]
+
+
+def test_a_long_cell_resumes_at_its_next_document(workspace, tmp_path, monkeypatch):
+    bag = f"tisa:replace:0:{workspace / 'tiny'}"
+    options = ("--lengths", "120", "--batch-tokens", "100")  # a forward pass a document: its cells keep them
+    whole = longembed.run(arguments(workspace, tmp_path / "whole", bag, *options))
+    real_read, documents_read = Embedder.read, []
+
+    def read_until_stopped(self, sequences, progress=None):
+        if len(sequences) == 1 and len(sequences[0]) == 120:  # a document, not the queries
+            if stop_after is not None and len(documents_read) == stop_after:
+                raise RuntimeError("stopped")
+            documents_read.append(sequences[0])
+        return real_read(self, sequences, progress)
+
+    monkeypatch.setattr(Embedder, "read", read_until_stopped)
+    stop_after = 3
+    with pytest.raises(RuntimeError, match="stopped"):
+        longembed.run(arguments(workspace, tmp_path / "out", bag, *options))
+    kept = json.loads((tmp_path / "out" / "embeddings" / file_name(bag) / "passkey-120.json").read_text())
+    assert kept["documents"] == 3
+
+    stop_after = None
+    documents_read.clear()
+    resumed = longembed.run(arguments(workspace, tmp_path / "out", bag, *options))
+    assert len(documents_read) == 3 + 6  # the rest of the passkey cell, then the whole needle cell
+    for task in ("passkey", "needle"):
+        cell, reference = resumed["results"][bag][task]["120"], whole["results"][bag][task]["120"]
+        assert cell["correct"] == reference["correct"]
+        scores = [np.load(scores_path(out, bag, f"{task}-120")) for out in (tmp_path / "out", tmp_path / "whole")]
+        np.testing.assert_array_equal(*scores)
+    assert resumed["results"][bag]["passkey"]["120"]["resumed_after_documents"] == 3
+    assert "resumed_after_documents" not in resumed["results"][bag]["needle"]["120"]
+    assert not (tmp_path / "out" / "embeddings").exists()  # kept only until their cell is recorded
 
 
 def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):

@@ -10,7 +10,9 @@ bootstrap interval over the queries (the same queries for both; `common/paired.p
 Everything that can be wrong (settings, output folder, systems' configs and tokenizers, lengths against the
 tables, the text) is checked and the documents are built before any model loads. OUT/longembed.json is
 rewritten after every finished (system, task, length) cell, whose scores are kept in OUT/scores/; a rerun with
-the same settings and documents skips the finished cells (and may add systems), --overwrite starts over.
+the same settings and documents skips the finished cells (and may add systems), --overwrite starts over. A cell
+whose documents a model reads one a forward pass (whole reads of at least half --batch-tokens: the long cells)
+keeps their embeddings in OUT/embeddings/ as they are made, so an interrupted cell resumes at its next document.
 OUT/longembed.md holds the tables and OUT/longembed.png plots Acc@1 against length.
 """
 
@@ -34,9 +36,17 @@ from transformers import PreTrainedTokenizerBase
 
 from ..common.machine import machine, versions
 from ..common.paired import paired_per_query
-from ..common.result_files import check_out_folder, resumable_record, save_array, scores_path, write_record
+from ..common.result_files import (
+    check_out_folder,
+    file_name,
+    resumable_record,
+    save_array,
+    scores_path,
+    write_record,
+)
 from ..common.tables import markdown_table, paired_cell
 from ..errors import UsageError
+from .kept_embeddings import EMBEDDINGS_FOLDER, discard_kept, embed_documents
 from .lexical import bm25_scores
 from .longembed_data import RetrievalSet, build_task, text_haystack
 from .needles import NAMES
@@ -264,26 +274,44 @@ def system_facts(system: RetrievalSystem) -> dict[str, Any]:
     }
 
 
+def keeps_documents(system: RetrievalSystem, length: int, batch_tokens: int) -> bool:
+    """Whether a cell's document embeddings are kept as they are made (`kept_embeddings.py`), so that an
+    interrupted cell resumes at its next document: for a model reading each document whole in a forward pass of
+    its own anyway (`batch_tokens` holds one document), so that keeping them changes no number. Those are the
+    cells of many CPU minutes."""
+    return isinstance(system, SystemSpec) and system.reading in ("full", "interp") and batch_tokens // length <= 1
+
+
 def cell_scores(
     system: RetrievalSystem,
     embedder: Embedder | None,
     retrieval: RetrievalSet,
-    tokenizer: PreTrainedTokenizerBase,
+    evaluation: Evaluation,
     out: Path,
+    args: argparse.Namespace,
     label: str | None,
-) -> np.ndarray:
-    """The system's scores (queries x documents) of one cell."""
+) -> tuple[np.ndarray, dict[str, float]]:
+    """The system's scores (queries x documents) of one cell, and the time that earlier runs spent on its kept
+    documents."""
     if isinstance(system, LexicalSpec):
-        texts = tokenizer.batch_decode(retrieval.documents, skip_special_tokens=True)
-        return bm25_scores(texts, retrieval.queries, system.tokenizer)
+        texts = evaluation.tokenizer.batch_decode(retrieval.documents, skip_special_tokens=True)
+        return bm25_scores(texts, retrieval.queries, system.tokenizer), {}
     cell = f"{retrieval.task}-{retrieval.length}"
     if isinstance(system, HybridSpec):
-        return reciprocal_rank_fusion(
-            *(np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
-        )
+        parts = (np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
+        return reciprocal_rank_fusion(*parts), {}
     queries = embedder.read(retrieval.query_ids)
-    documents = embedder.read(retrieval.documents, progress=label)
-    return (queries @ documents.T).numpy()
+    if not keeps_documents(system, retrieval.length, args.batch_tokens):
+        return (queries @ embedder.read(retrieval.documents, progress=label).T).numpy(), {}
+    kept = embed_documents(
+        lambda document: embedder.read([document]).numpy(),
+        retrieval.documents, kept_folder(out, system), cell, evaluation.record["settings"]["documents_sha256"],
+    )  # fmt: skip
+    return (queries @ torch.from_numpy(kept["embeddings"]).T).numpy(), kept["earlier"]
+
+
+def kept_folder(out: Path, system: RetrievalSystem) -> Path:
+    return out / EMBEDDINGS_FOLDER / file_name(system.spec)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -308,18 +336,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             started, cpu_started = time.perf_counter(), time.process_time()
             retrieval = evaluation.sets[task][length]
             label = f"{system.spec} {task} {length}" if interactive else None
-            scores = cell_scores(system, embedder, retrieval, evaluation.tokenizer, out, label)
+            scores, earlier = cell_scores(system, embedder, retrieval, evaluation, out, args, label)
             save_array(scores_path(out, system.spec, f"{task}-{length}"), scores)
             correct = [int(rank == 1) for rank in answer_ranks(scores, retrieval.answers)]
+            wall_time = time.perf_counter() - started + earlier.get("wall_time_s", 0)
+            cpu_time = time.process_time() - cpu_started + earlier.get("cpu_time_s", 0)
             cell = {
                 "acc_at_1": sum(correct) / len(correct),
                 "correct": correct,
-                "wall_time_s": round(time.perf_counter() - started, 2),
-                "cpu_time_s": round(time.process_time() - cpu_started, 2),  # every thread's: shared cores inflate
+                "wall_time_s": round(wall_time, 2),
+                "cpu_time_s": round(cpu_time, 2),  # every thread's: shared cores inflate it
                 "machine": here,
             }
+            if earlier.get("documents"):
+                cell["resumed_after_documents"] = earlier["documents"]
             record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = cell
             write_record(record, out / RESULTS_FILE)
+            discard_kept(kept_folder(out, system), f"{task}-{length}")
             cells.update()
             summary = f"Acc@1 {cell['acc_at_1']:.3f} ({cell['wall_time_s']:.1f} s, {cell['cpu_time_s']:.1f} s CPU)"
             logger.info("%s %s %d tokens: %s", system.spec, task, length, summary)

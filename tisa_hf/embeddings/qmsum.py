@@ -23,7 +23,6 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,13 @@ from typing import Any
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from tqdm.auto import tqdm
 
 from ..common.machine import machine, versions
 from ..common.paired import paired_per_query
 from ..common.result_files import check_out_folder, file_name, resumable_record, save_array, scores_path, write_record
 from ..common.tables import markdown_table, paired_cell
 from ..errors import UsageError
+from .kept_embeddings import EMBEDDINGS_FOLDER, embed_documents
 from .lexical import bm25_scores
 from .longembed import ordered, system_facts
 from .options import qmsum_parser
@@ -58,9 +57,7 @@ from .systems import (
 
 logger = logging.getLogger(__name__)
 
-EMBEDDINGS_FOLDER = "embeddings"
 CELL = "qmsum"
-LOG_EVERY = 10  # documents between log lines when no progress bar is shown
 # nDCG@10 x100 on LongEmbed's QMSum task (LongEmbed repository, results/*/LEMBQMSumRetrieval.json)
 PUBLISHED_NDCG_AT_10 = {
     "e5-base-v2 (512)": 23.8,
@@ -183,45 +180,6 @@ def pending_systems(task: Task, out: Path) -> list[RetrievalSystem]:
         if isinstance(system, HybridSpec) and system.spec in pending:
             pending |= {part for part in (system.lexical, system.dense) if not scores_path(out, part, CELL).is_file()}
     return [system for system in ordered(task.systems) if system.spec in pending]
-
-
-def embed_documents(
-    read: Callable[[list[int]], np.ndarray], documents: list[list[int]], folder: Path, name: str, fingerprint: str
-) -> dict[str, Any]:
-    """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, or one per window for
-    the max: read-out), one document at a time in order, kept in `folder` after each (with the time and tokens
-    spent so far, and the rows of each document where there can be several), resuming from what is there when it
-    was made of the same tokens (`fingerprint`); returns the rows in order, each document's row count and the
-    totals."""
-    array, state = folder / f"{name}.npy", folder / f"{name}.json"
-    done = json.loads(state.read_text()) if state.is_file() else {}
-    if done.get("tokens_sha256") != fingerprint:
-        done = {}
-    counts = done.get("windows", [1] * done.get("documents", 0))
-    rows = list(np.load(array)[: sum(counts)]) if done else []
-    totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
-    if rows:
-        logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
-    interactive = sys.stderr.isatty()
-    bar = tqdm(total=len(documents), initial=len(counts), desc=name, disable=not interactive)
-    for document in documents[len(counts) :]:
-        started, cpu_started = time.perf_counter(), time.process_time()
-        vectors = read(document)
-        rows.extend(vectors)
-        counts.append(len(vectors))
-        totals["wall_time_s"] += time.perf_counter() - started
-        totals["cpu_time_s"] += time.process_time() - cpu_started
-        totals["documents"] += 1
-        totals["tokens"] += len(document)
-        save_array(array, np.stack(rows))
-        several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
-        state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
-        bar.update()
-        if not interactive and totals["documents"] % LOG_EVERY == 0:
-            rate = totals["documents"] / totals["wall_time_s"]
-            logger.info("%s: %d/%d documents, %.2f a second", name, len(counts), len(documents), rate)
-    bar.close()
-    return {"embeddings": np.stack(rows), "windows": counts, **totals}
 
 
 def best_window_scores(queries: np.ndarray, rows: np.ndarray, windows: list[int]) -> np.ndarray:

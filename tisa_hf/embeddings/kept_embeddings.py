@@ -1,0 +1,72 @@
+"""Document embeddings kept as they are made, one document at a time, so that a long embedding run resumes at the
+next document: `tisa-hf qmsum`'s and `tisa-hf spans`' systems, and `tisa-hf longembed`'s longest cells."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..common.result_files import save_array
+
+logger = logging.getLogger(__name__)
+
+EMBEDDINGS_FOLDER = "embeddings"
+LOG_EVERY = 10  # documents between log lines when no progress bar is shown
+
+
+def embed_documents(
+    read: Callable[[list[int]], np.ndarray], documents: list[list[int]], folder: Path, name: str, fingerprint: str
+) -> dict[str, Any]:
+    """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, or one per window for
+    the max: read-out), one document at a time in order, kept in `folder` after each (with the time and tokens
+    spent so far, and the rows of each document where there can be several), resuming from what is there when it
+    was made of the same tokens (`fingerprint`); returns the rows in order, each document's row count, the
+    totals, and the part of them that earlier runs spent (`earlier`)."""
+    array, state = folder / f"{name}.npy", folder / f"{name}.json"
+    done = json.loads(state.read_text()) if state.is_file() else {}
+    if done.get("tokens_sha256") != fingerprint:
+        done = {}
+    counts = done.get("windows", [1] * done.get("documents", 0))
+    rows = list(np.load(array)[: sum(counts)]) if done else []
+    totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
+    if rows:
+        logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
+    interactive = sys.stderr.isatty()
+    bar = tqdm(total=len(documents), initial=len(counts), desc=name, disable=not interactive)
+    for document in documents[len(counts) :]:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        vectors = read(document)
+        rows.extend(vectors)
+        counts.append(len(vectors))
+        totals["wall_time_s"] += time.perf_counter() - started
+        totals["cpu_time_s"] += time.process_time() - cpu_started
+        totals["documents"] += 1
+        totals["tokens"] += len(document)
+        save_array(array, np.stack(rows))
+        several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
+        state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
+        bar.update()
+        if not interactive and totals["documents"] % LOG_EVERY == 0:
+            rate = totals["documents"] / totals["wall_time_s"]
+            logger.info("%s: %d/%d documents, %.2f a second", name, len(counts), len(documents), rate)
+    bar.close()
+    earlier = {key: done.get(key, 0) for key in ("documents", "wall_time_s", "cpu_time_s")}
+    return {"embeddings": np.stack(rows), "windows": counts, **totals, "earlier": earlier}
+
+
+def discard_kept(folder: Path, name: str) -> None:
+    """Removes `name`'s kept embeddings once what they were kept for is recorded, and `folder` and the embeddings
+    folder above it when that leaves them empty."""
+    for path in (folder / f"{name}.npy", folder / f"{name}.json"):
+        path.unlink(missing_ok=True)
+    for empty in (folder, folder.parent):
+        if empty.is_dir() and not any(empty.iterdir()):
+            empty.rmdir()
