@@ -33,8 +33,8 @@
 #             a TISA model at 16,384 and 130 s at 32,768, through the blockwise route's GPU blocks).
 # Real long documents (hours on 2 CPU cores; a system resumes at its next document):
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 1.5k-37k tokens, 1,527 summaries):
-#             BM25, the three baselines, the adapted replace S=5 model, its bag-of-words control and s5-long
-#             (those that exist), the max: read-out of chunking and of the S=5 model (chosen on spans), and BM25
+#             BM25, the three baselines, the adapted replace S=5 model, its bag-of-words control, s5-long and
+#             s5-all-lscale (those that exist), the max: read-out of chunking and of the S=5 model (chosen on spans), and BM25
 #             fused with each dense system; paired to BM25, to each baseline, to max:chunk:minilm and to s5-all, into
 #             docs/results/longdoc/qmsum-minilm: the records themselves, with every system's document embeddings
 #             (kept after each meeting) and scores, about 3 MB a system, so that a run of many hours that a session
@@ -229,9 +229,10 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, 
     tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired "${references[@]}"
 }
 
-# QMSum reads the systems the development task chose: the max: read-out of chunking and of the adapted s5-all; and
-# s5-long, the remedy named in advance for the whole-meeting context penalty that max:s5-all showed there.
-stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all" s5-long; }
+# QMSum reads the systems the development task and passkey/needle chose: the max: read-out of chunking and of the
+# adapted s5-all, and s5-all read with the length-aware logit scale; and s5-long, the remedy named in advance for
+# the whole-meeting context penalty that max:s5-all showed there.
+stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all" s5-long s5-all-lscale; }
 stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" "chunk:minilm interp:minilm adapted" s5-far s5-long s5-all-lscale; }
 
 stages=("$@")
