@@ -22,7 +22,9 @@
 #      a length). A GPU's run: on 2 CPU cores a 1,024-token step of 8 blocks takes about 60 s and 10 GB, and the
 #      2,048-token stage would need about four times both.
 # The recipe for long-document embeddings is s5-all (step 2): s5-embed did worse on passkey retrieval and STS-B,
-# s5-span came back level with s5-all and no better (docs/results-longdoc.md, section 3).
+# s5-span came back level with s5-all and no better, s5-long level on every retrieval task and 0.5 points higher on
+# STS-B (a GPU's run); s5-all-lscale, s5-all read with the length-aware logit scale, finds more passkeys past
+# 2,048 tokens and slightly fewer needles (docs/results-longdoc.md, section 3).
 # Rerun after an interruption: finished steps are skipped and interrupted adaptations resume from their checkpoint.
 #
 #   bash scripts/adapt_minilm.sh                  # everything, into runs/adapt-minilm
