@@ -34,11 +34,11 @@
 # Real long documents (hours on 2 CPU cores; a system resumes at its next document):
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 1.5k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model, its bag-of-words control, s5-long and
-#             s5-all-lscale (those that exist), the max: read-out of chunking and of the S=5 model (chosen on spans), and BM25
-#             fused with each dense system; paired to BM25, to each baseline, to max:chunk:minilm and to s5-all, into
-#             docs/results/longdoc/qmsum-minilm: the records themselves, with every system's document embeddings
-#             (kept after each meeting) and scores, about 3 MB a system, so that a run of many hours that a session
-#             commits as it goes resumes on any machine;
+#             s5-all-lscale (those that exist), the max: read-out of chunking and of the S=5 model (chosen on
+#             spans), and BM25 fused with each dense system; paired to BM25, to each baseline, to
+#             max:chunk:minilm and to s5-all, into docs/results/longdoc/qmsum-minilm: the records themselves,
+#             with every system's document embeddings (kept after each meeting) and scores, about 3 MB a system,
+#             so that a run of many hours that a session commits as it goes resumes on any machine;
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
 #             their article among 61), the same systems as qmsum and the long-range variants that exist
 #             (s5-far, s5-long, s5-all-lscale), each also with the max: read-out (one vector a window; chunking and
@@ -74,6 +74,10 @@ adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s
             echo "not adapted yet (scripts/adapt_minilm.sh $name): $ADAPTED/$name" >&2
         fi
     done
+}
+
+adapted_has() {  # adapted_has NAME: whether the caller's `adapted` list holds $ADAPTED/NAME
+    [[ " ${adapted[*]} " == *" $ADAPTED/$1 "* ]]
 }
 
 ready_variants() {  # ready_variants SWEEP: its variants whose model is there (the packaged one, or a finished
@@ -116,19 +120,19 @@ retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NA
     local out=$LONGEMBED_RECORDS/$1
     shift
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm bm25)  # run in this order
-    if [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && fusable "$out" "$ADAPTED/s5-all"; then
+    if adapted_has s5-all && fusable "$out" "$ADAPTED/s5-all"; then
         systems+=("hybrid:bm25+$ADAPTED/s5-all")
     fi
     local references=("${BASELINES[@]}")
-    [[ " ${adapted[*]} " == *" $ADAPTED/s0-all "* ]] && references+=("$ADAPTED/s0-all")
-    [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && references+=("$ADAPTED/s5-all")
+    adapted_has s0-all && references+=("$ADAPTED/s0-all")
+    adapted_has s5-all && references+=("$ADAPTED/s5-all")
     tisa-hf longembed "$@" --out "$out" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
     local adapted sts_references=(minilm)
     mapfile -t adapted < <(adapted_models)
-    [[ " ${adapted[*]} " == *" $ADAPTED/s5-all "* ]] && sts_references+=("$ADAPTED/s5-all")
+    adapted_has s5-all && sts_references+=("$ADAPTED/s5-all")
     tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out "$STS_RECORDS" --paired "${sts_references[@]}"
     retrieval longembed-minilm --lengths 256 512 1024 2048 4096
 }
