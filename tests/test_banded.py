@@ -1,6 +1,7 @@
 """The banded route of `tisa_sdpa` (`attention.banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
 band of offsets, against softmax(q kᵀ · scale + F + mask) v built explicitly, with and without padding; and a whole
-model on it against the blockwise route and the reference written from the equations."""
+model on it against the blockwise route and the reference written from the equations. On the CPU and, where there
+is one, a CUDA GPU (PyTorch's memory-efficient kernel there)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from tests.reference import reference_forward
 from tisa_hf.kernels import TisaPositionBias
 
 HEADS, LENGTH, HEAD_DIM = 3, 50, 8
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 def dense_reference(query, key, value, mask, values):
     """softmax(q kᵀ / sqrt(d) + F + mask) v in float64, F[h, i, j] = values[h, j - i + n - 1]."""
-    query, key, value, values = (t.double() for t in (query, key, value, values))
+    query, key, value, values = (t.double().cpu() for t in (query, key, value, values))
+    mask = mask.cpu() if mask is not None else None
     length = query.shape[2]
     offsets = torch.arange(length)[None, :] - torch.arange(length)[:, None]
     scores = query @ key.transpose(-1, -2) / math.sqrt(query.shape[-1]) + values[:, offsets + length - 1]
@@ -39,10 +42,12 @@ def band_values(low: int, high: int, amplitude: float = 2.0, seed: int = 0) -> t
     return values
 
 
-def inputs(batch: int = 3):
+def inputs(batch: int = 3, device: str = "cpu"):
     generator = torch.Generator().manual_seed(1)
     # Keys and values laid out as transformers hands them over: a (B, n, H, d) projection seen as (B, H, n, d).
-    return [torch.randn(batch, LENGTH, HEADS, HEAD_DIM, generator=generator).transpose(1, 2) for _ in range(3)]
+    return [
+        torch.randn(batch, LENGTH, HEADS, HEAD_DIM, generator=generator).to(device).transpose(1, 2) for _ in range(3)
+    ]
 
 
 def padding_masks(batch: int = 3) -> dict[str, torch.Tensor | None]:
@@ -61,43 +66,54 @@ def small_blocks(monkeypatch):
     """Blocks of a few rows and edge masks of a few kilobytes, so that 50 tokens exercise interior blocks, several
     edge blocks and the correction's query blocks."""
     monkeypatch.setattr(attention, "BANDED_BLOCK_ROWS", 4)
+    monkeypatch.setattr(attention, "BANDED_ACCELERATOR_BLOCK_ROWS", 4)
     monkeypatch.setattr(attention, "BANDED_EDGE_MASK_BYTES", HEADS * 4 * 60)
     monkeypatch.setattr(attention, "BANDED_CORRECTION_ROWS", 7)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
 @pytest.mark.parametrize(
     ("low", "high"),
     [(-3, 5), (-12, 0), (0, 2), (4, 9), (-9, -2), (-49, -40), (30, 49), (-49, 49)],
     ids=["around 0", "left", "right from 0", "right only", "left only", "left edge", "right edge", "everything"],
 )
-def test_banded_route_matches_the_dense_computation(mask_kind, low, high):
-    query, key, value = inputs()
-    mask = padding_masks()[mask_kind]
-    values = band_values(low, high)
+def test_banded_route_matches_the_dense_computation(device, mask_kind, low, high):
+    query, key, value = inputs(device=device)
+    mask = on(padding_masks()[mask_kind], device)
+    values = band_values(low, high).to(device)
     got = attention.banded_biased_sdpa(query, key, value, mask, values, None)
-    expected = dense_reference(query, key, value, mask if mask_kind != "float" else mask, values)
-    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
+    expected = dense_reference(query, key, value, mask, values)
+    torch.testing.assert_close(got.double().cpu(), expected, atol=1e-5, rtol=1e-5)
 
 
+def on(mask: torch.Tensor | None, device: str) -> torch.Tensor | None:
+    return mask.to(device) if mask is not None else None
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mask_kind", ["none", "bool"])
 @pytest.mark.parametrize("amplitude", [60.0, 170.0, -30.0], ids=["large", "beyond expm1's float32 range", "negative"])
-def test_large_biases_neither_overflow_nor_lose_precision(mask_kind, amplitude):
+def test_large_biases_neither_overflow_nor_lose_precision(device, mask_kind, amplitude):
     """f up to 170 (an adapted MiniLM head reaches 168: expm1 overflows float32 beyond 88) and strongly negative (on
     sequences of 37 and 50 keys, where the band holds too little of a row's attention for the padded-batch
     correction to decline)."""
-    query, key, value = inputs(batch=2)
-    mask = padding_masks(batch=2)[mask_kind]
-    values = band_values(-4, 4, amplitude=1.0).abs() * amplitude
+    query, key, value = inputs(batch=2, device=device)
+    mask = on(padding_masks(batch=2)[mask_kind], device)
+    values = (band_values(-4, 4, amplitude=1.0).abs() * amplitude).to(device)
     got = attention.banded_biased_sdpa(query, key, value, mask, values, None)
     assert got is not None
-    torch.testing.assert_close(got.double(), dense_reference(query, key, value, mask, values), atol=2e-5, rtol=1e-5)
+    expected = dense_reference(query, key, value, mask, values)
+    torch.testing.assert_close(got.double().cpu(), expected, atol=2e-5, rtol=1e-5)
 
 
-def test_kernels_that_are_zero_everywhere_give_plain_attention():
-    query, key, value = inputs()
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernels_that_are_zero_everywhere_give_plain_attention(device):
+    query, key, value = inputs(device=device)
+    zeros = torch.zeros(HEADS, 2 * LENGTH - 1, device=device)
     for mask in padding_masks().values():
-        got = attention.banded_biased_sdpa(query, key, value, mask, torch.zeros(HEADS, 2 * LENGTH - 1), None)
+        mask = on(mask, device)
+        got = attention.banded_biased_sdpa(query, key, value, mask, zeros, None)
         expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
 
@@ -152,22 +168,36 @@ def batch(length: int = MODEL_LENGTH, padded: bool = True) -> tuple[torch.Tensor
     return input_ids, mask
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("padded", [False, True], ids=["equal lengths", "padded"])
-def test_a_model_on_the_banded_route_matches_the_blockwise_route_and_the_reference(monkeypatch, padded):
-    model = narrow_model()
+def test_a_model_on_the_banded_route_matches_the_blockwise_route_and_the_reference(monkeypatch, device, padded):
+    model = narrow_model().to(device)
     recorder = RecordingRoute()
     monkeypatch.setattr(attention, "sdpa_route", recorder)
     input_ids, mask = batch(padded=padded)
     with torch.no_grad():
-        banded = model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        banded = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state.cpu()
         monkeypatch.setattr(attention, "BANDED_ROUTE_ENABLED", False)
-        blockwise = model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        blockwise = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state.cpu()
     assert recorder.taken == [attention.SdpaRoute.BANDED] * 3 + [attention.SdpaRoute.BLOCKWISE] * 3
     keep = mask.bool()
-    # max abs difference observed: 7.2e-7 (equal lengths) and 4.8e-7 (padded)
+    # max abs difference observed on the CPU: 7.2e-7 (equal lengths) and 4.8e-7 (padded)
     torch.testing.assert_close(banded[keep], blockwise[keep], atol=1e-5, rtol=1e-5)
-    expected = reference_forward("bert", model, input_ids, keep, "replace")
+    expected = reference_forward("bert", model.cpu(), input_ids, keep, "replace")
     torch.testing.assert_close(banded[keep], expected[keep], atol=1e-5, rtol=1e-4)
+
+
+def test_a_mask_cuda_cannot_read_in_place_is_copied_into_aligned_rows():
+    """CUDA's memory-efficient kernel reads mask rows from 16-element boundaries: a window 2 floats into rows of 23
+    is copied into rows of 32, one that starts on such a boundary is passed as it is."""
+    table = torch.randn(1, HEADS, 5, 23)
+    window = table[:, :, :, 2:21]
+    aligned = attention.cuda_aligned_mask(window)
+    assert torch.equal(aligned, window)
+    assert aligned.stride()[1:] == (5 * 32, 32, 1)
+    assert aligned.data_ptr() % (attention.CUDA_MASK_ALIGNMENT * 4) == 0
+    rows_of_32 = torch.randn(1, HEADS, 5, 32)[..., :19]
+    assert attention.cuda_aligned_mask(rows_of_32) is rows_of_32
 
 
 def routes_taken(monkeypatch, model, grad: bool = False, autocast: bool = False) -> set[attention.SdpaRoute]:

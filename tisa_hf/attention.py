@@ -13,16 +13,16 @@ encoder's kernel module and hands the logits' bias to the plain backend:
   math path as soon as the float mask requires a gradient, which TISA's bias does in training, and PyTorch has no
   fused CPU kernel that returns a mask gradient: `TrainableBiasAttention` runs the fused kernel forward with the
   bias as a constant mask and recomputes the probabilities from the saved log-sum-exp in its backward. Long inputs
-  without gradients (beyond the bias cache) never store the (H, n, n) bias: on the CPU in float32, a layer whose
+  without gradients (beyond the bias cache) never store the (H, n, n) bias: in float32 on the CPU or CUDA, a layer whose
   f(k) is exactly 0 outside a band of offsets at most a quarter of the length wide (fitted and adapted Gaussians
   underflow to 0 a few hundred tokens out; a far-field term never does) takes the banded route
   (`banded_biased_sdpa`, exact): without padding, each row's keys left of its band and right of it go to two
   causal fused calls with no bias (the second on reversed copies) and its band to one fused call over overlapping
   windows that share one mask table, merged by their log-sum-exps; a padded batch takes one plain fused call
   corrected within the band. Every other long-input call runs blockwise over query rows from the bias's 2n-1
-  offset values (`ToeplitzBias`). CUDA needs neither the trainable-bias nor the banded route: its
-  memory-efficient kernel already returns the bias gradient, once it is told to keep its backward state where
-  only the bias requires a gradient (`query_for_bias_only_backward`).
+  offset values (`ToeplitzBias`). CUDA needs no trainable-bias route: its memory-efficient kernel already returns
+  the bias gradient, once it is told to keep its backward state where only the bias requires a gradient
+  (`query_for_bias_only_backward`).
 - `tisa_flex_attention`: flex attention whose score modification adds `table[h, j - i + n - 1]`, the layer's
   (H, 2n-1) offset values computed outside it: the (H, n, n) bias is never built, and the table's gradient flows
   back to the kernels. PyTorch has no flex attention backward on CPU, so training there is refused up front.
@@ -369,8 +369,9 @@ def blockwise_biased_sdpa(
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
 # `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys
-# are attended in query blocks of `BANDED_BLOCK_ROWS` rows, all interior blocks in one fused call, and the rows at
-# either end in calls whose explicit mask holds at most `BANDED_EDGE_MASK_BYTES`. With a padding mask (the
+# are attended in query blocks of `BANDED_BLOCK_ROWS` rows (`BANDED_ACCELERATOR_BLOCK_ROWS` off the CPU), all
+# interior blocks in one fused call, and the rows at either end in calls whose explicit mask holds at most
+# `BANDED_EDGE_MASK_BYTES`. With a padding mask (the
 # correction): query blocks of `BANDED_CORRECTION_ROWS` rows; above `BANDED_DIRECT_BIAS_LIMIT` on max f the
 # correction is computed rescaled (expm1(f) overflows float32 beyond 88); above `BANDED_MAX_CANCELLATION` on
 # 1 / (1 + D) it would cancel that much of the plain attention's mass, and its rounding with it, and the layer is
@@ -378,12 +379,57 @@ def blockwise_biased_sdpa(
 BANDED_ROUTE_ENABLED = True  # False: such calls take the blockwise route (`tisa-hf bench --sections long` compares)
 BANDED_MAX_WIDTH_SHARE = 0.25
 BANDED_BLOCK_ROWS = 32
+BANDED_ACCELERATOR_BLOCK_ROWS = 64
 BANDED_EDGE_MASK_BYTES = 16 * 2**20
 BANDED_CORRECTION_ROWS = 128
 BANDED_DIRECT_BIAS_LIMIT = 40.0
 BANDED_MAX_CANCELLATION = 16.0
 
 _fused_cpu_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_fused_cuda_attention = torch.ops.aten._scaled_dot_product_efficient_attention
+# CUDA's memory-efficient kernel reads an additive mask in rows that start on 16 elements; PyTorch's own SDPA front
+# end pads the mask's rows to that before calling it (`pad_bias`), which a direct call has to do itself.
+CUDA_MASK_ALIGNMENT = 16
+
+
+def fused_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ · scale + mask) v (B, H, m, d) and its log-sum-exp (B, H, m) in float32, from the fused kernel
+    that returns both: PyTorch's flash kernel on the CPU, its memory-efficient kernel on CUDA (the one CUDA kernel
+    that takes an additive mask in float32). `is_causal` is meant for square calls (the kernels align a causal mask
+    of m < n keys differently)."""
+    if query.device.type == "cpu":
+        return _fused_cpu_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)[:2]
+    if attn_mask is not None:
+        shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+        attn_mask = cuda_aligned_mask(attn_mask).expand(shape)
+    output, logsumexp = _fused_cuda_attention(query, key, value, attn_mask, True, 0.0, is_causal, scale=scale)[:2]
+    return output, logsumexp[..., : query.shape[2]]  # the kernel pads its log-sum-exp rows to a multiple of 32
+
+
+def cuda_aligned_mask(mask: torch.Tensor) -> torch.Tensor:
+    """`mask` itself where CUDA's memory-efficient kernel can read it in place (rows of contiguous values starting
+    on `CUDA_MASK_ALIGNMENT` elements), else a copy whose rows are padded to that and sliced back (the size of
+    `mask` itself: broadcast dimensions are expanded by the caller, without a copy)."""
+    alignment = CUDA_MASK_ALIGNMENT
+    row_strides = [stride for size, stride in zip(mask.shape[:-1], mask.stride()[:-1], strict=True) if size > 1]
+    aligned = (
+        mask.stride(-1) == 1
+        and all(stride % alignment == 0 for stride in row_strides)
+        and mask.data_ptr() % (alignment * mask.element_size()) == 0
+    )
+    if aligned:
+        return mask
+    columns = mask.shape[-1]
+    padded = mask.new_empty(*mask.shape[:-1], -(-columns // alignment) * alignment)
+    padded[..., :columns] = mask
+    return padded[..., :columns]
 
 
 def banded_biased_sdpa(
@@ -401,15 +447,15 @@ def banded_biased_sdpa(
     read from `values` where not given.
 
     Without a padding mask each row's keys are split into those left of its band, its band and those right of it,
-    each attended by PyTorch's fused CPU kernel, which also returns each part's log-sum-exp, and the three parts are
-    merged by their log-sum-exps (`split_banded_sdpa`): every weight is positive, so nothing cancels, and the
-    work is the plain model's n² plus the band's. With a padding mask, one plain fused call over all keys is
-    corrected within the band (`corrected_banded_sdpa`)."""
+    each attended by PyTorch's fused kernel (`fused_attention`), which also returns each part's log-sum-exp, and
+    the three parts are merged by their log-sum-exps (`split_banded_sdpa`): every weight is positive, so nothing
+    cancels, and the work is the plain model's n² plus the band's. With a padding mask, one plain fused call over
+    all keys is corrected within the band (`corrected_banded_sdpa`)."""
     scale = scale if scale is not None else query.shape[-1] ** -0.5
     band = nonzero_band(values) if band is ... else band
     if mask is None:
         if band is None:
-            return _fused_cpu_attention(query, key, value, scale=scale)[0]
+            return fused_attention(query, key, value, scale=scale)[0]
         return split_banded_sdpa(query, key, value, values, band, scale)
     return corrected_banded_sdpa(query, key, value, mask, values, band, scale)
 
@@ -435,7 +481,7 @@ def split_banded_sdpa(
     start = 1 - low
     if start < length:
         keys = slice(0, length - start)
-        part, part_logsumexp = _fused_cpu_attention(
+        part, part_logsumexp = fused_attention(
             query[:, :, start:], key[:, :, keys], value[:, :, keys], is_causal=True, scale=scale
         )
         merge_attention(output[:, :, start:], logsumexp[:, :, start:], part, part_logsumexp, keep_logsumexp=True)
@@ -444,7 +490,7 @@ def split_banded_sdpa(
     if start < length:
         rows = length - start
         reversed_inputs = (query[:, :, :rows].flip(2), key[:, :, start:].flip(2), value[:, :, start:].flip(2))
-        part, part_logsumexp = _fused_cpu_attention(*reversed_inputs, is_causal=True, scale=scale)
+        part, part_logsumexp = fused_attention(*reversed_inputs, is_causal=True, scale=scale)
         del reversed_inputs
         part, part_logsumexp = part.flip(2), part_logsumexp.flip(-1)
         merge_attention(output[:, :, :rows], logsumexp[:, :, :rows], part, part_logsumexp, keep_logsumexp=False)
@@ -486,7 +532,7 @@ def band_attention(
     keys in range, with other views of that table as masks: one call per end where the table holds their rows
     within `BANDED_EDGE_MASK_BYTES`, more otherwise."""
     batch, heads, length, _ = query.shape
-    rows = min(BANDED_BLOCK_ROWS, length)
+    rows = min(BANDED_BLOCK_ROWS if query.device.type == "cpu" else BANDED_ACCELERATOR_BLOCK_ROWS, length)
     first_block = -(low // rows)  # the first block whose keys start in range: ceil(-low / rows)
     stop_block = max(first_block, (length - high) // rows)  # after the last whose keys end in range
     start, stop = first_block * rows, stop_block * rows
@@ -508,7 +554,7 @@ def band_attention(
                 blocked(key[sequence], start + low, rows, columns, blocks),
                 blocked(value[sequence], start + low, rows, columns, blocks),
             )
-            part, part_logsumexp = _fused_cpu_attention(*windows, attn_mask=block_mask, scale=scale)
+            part, part_logsumexp = fused_attention(*windows, attn_mask=block_mask, scale=scale)
             output[sequence, :, start:stop].view(heads, blocks, rows, -1).copy_(part.transpose(0, 1))
             logsumexp[sequence, :, start:stop].view(heads, blocks, rows).copy_(part_logsumexp.transpose(0, 1))
     for edge_start, edge_stop in ((0, start), (stop, length)):
@@ -516,7 +562,7 @@ def band_attention(
             block_stop = min(block_start + table_rows, edge_stop)
             first, last = max(0, block_start + low), min(length, block_stop + high)
             column = first - block_start - low
-            part, part_logsumexp = _fused_cpu_attention(
+            part, part_logsumexp = fused_attention(
                 query[:, :, block_start:block_stop],
                 key[:, :, first:last],
                 value[:, :, first:last],
@@ -551,8 +597,8 @@ def blocked(tensor: torch.Tensor, start: int, step: int, size: int, blocks: int)
     )
 
 
-def fused_cpu_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The padding mask as PyTorch's fused CPU kernel takes it: additive, in the query's dtype (a boolean mask
+def fused_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The padding mask as `fused_attention` takes it: additive, in the query's dtype (a boolean mask
     becomes 0 / -inf, as `scaled_dot_product_attention` converts it)."""
     if mask is None or mask.dtype == dtype:
         return mask
@@ -579,7 +625,7 @@ def corrected_banded_sdpa(
     band: tuple[int, int] | None,
     scale: float,
 ) -> torch.Tensor | None:
-    """`banded_biased_sdpa` with a padding mask (boolean, or additive float): one fused CPU call over all keys
+    """`banded_biased_sdpa` with a padding mask (boolean, or additive float): one fused call over all keys
     without the bias, corrected within the band; None where the correction would lose precision.
 
     With the plain call's output o_i and log-sum-exp l_i, and t_ij = s_ij - l_i (s the masked logits, so t <= 0),
@@ -592,9 +638,7 @@ def corrected_banded_sdpa(
     digits it cancels: beyond `BANDED_MAX_CANCELLATION` (1 / (1 + D_i), or its rescaled equivalent) None is
     returned."""
     length = query.shape[2]
-    output, logsumexp = _fused_cpu_attention(
-        query, key, value, attn_mask=fused_cpu_mask(mask, query.dtype), scale=scale
-    )
+    output, logsumexp = fused_attention(query, key, value, attn_mask=fused_mask(mask, query.dtype), scale=scale)
     if band is None:
         return output
     low, high = band
@@ -724,15 +768,15 @@ def takes_banded_path(
     dropout: float,
     kwargs: dict,
 ) -> bool:
-    """Whether a long-input inference call can take `banded_biased_sdpa`: on the CPU in float32 (the fused kernel
-    that returns the log-sum-exp), self-attention without dropout, grouped heads, gradients or an unsupported
+    """Whether a long-input inference call can take `banded_biased_sdpa`: on the CPU or CUDA in float32 (the fused
+    kernels that return the log-sum-exp), self-attention without dropout, grouped heads, gradients or an unsupported
     argument, without a far-field term (which is never 0), and with the layer's f(k) exactly 0 outside a band of
     offsets that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length (read from the layer's
     own offset values at this length, `TisaPositionBias.nonzero_band`)."""
     length = query.shape[2]
     if not (
         BANDED_ROUTE_ENABLED
-        and query.device.type == "cpu"
+        and query.device.type in ("cpu", "cuda")
         and query.dtype in _FUSED_DTYPES
         and dtype == query.dtype
         and query.shape[1] == key.shape[1]
