@@ -314,7 +314,8 @@ def format_table(results: dict) -> str:
                 line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
             lines.append(line)
     if results.get("long"):
-        lines += ["", "long inputs, batch 1, inference (ms: median [fastest, slowest]; MiBs: peak resident set)"]
+        peak = "peak memory allocated" if results["machine"]["device"] == "cuda" else "peak resident set"
+        lines += ["", f"long inputs, batch 1, inference (ms: median [fastest, slowest]; MiBs: {peak})"]
         for row in results["long"]:
             line = f"{row['length']:>6}"
             for name in LONG_VARIANTS:
