@@ -42,8 +42,9 @@
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
 #             their article among 61), the same systems as qmsum and the long-range variants that exist
 #             (s5-far, s5-long, s5-all-lscale), each also with the max: read-out (one vector a window; chunking and
-#             interpolation too), into docs/results/longdoc/spans-minilm; variants are chosen here and on
-#             passkey/needle, never on QMSum.
+#             interpolation too), chunking and s5-all also with the late: read-out (one vector a token, ColBERT's
+#             MaxSim), into docs/results/longdoc/spans-minilm; variants are chosen here and on passkey/needle,
+#             never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 # Every embedding record goes to docs/results/longdoc (sts-minilm; longembed-minilm, -8192 and -32k: passkey and
 # needle; qmsum-minilm; spans-minilm), so that a rerun on any machine resumes it; STS_RECORDS, LONGEMBED_RECORDS (the
@@ -206,29 +207,35 @@ stage_embed_32k() {
     retrieval longembed-minilm-32k --lengths 16384 32768 --documents 50 --queries 25
 }
 
-corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, the baselines, the adapted s5-all and
-    # s0-all and the named variants that exist, and BM25 fused with each dense system, paired to BM25, each
-    # baseline and the adapted s5-all (the recipe every variant and read-out is weighed against); MAX lists the
-    # systems also read with the max: read-out (one vector a window): baselines as spelled, adapted models by name,
-    # `adapted` for all of them; paired to max:chunk:minilm too when it is one
+corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." "LATE..." VARIANT...: BM25, the baselines, the adapted
+    # s5-all and s0-all and the named variants that exist, and BM25 fused with each dense system, paired to BM25,
+    # each baseline and the adapted s5-all (the recipe every variant and read-out is weighed against); MAX lists the
+    # systems also read with the max: read-out (one vector a window), LATE those also read with the late: read-out
+    # (one vector a token, MaxSim): baselines as spelled, adapted models by name, `adapted` for all of them; paired
+    # to max:chunk:minilm and late:chunk:minilm too when they are ones
     local command=$1 out=$2 adapted dense=("${BASELINES[@]}") system hybrids=() wanted=(s5-all s0-all) windows=()
-    local references=(bm25 "${BASELINES[@]}") max
+    local references=(bm25 "${BASELINES[@]}") max late tokens=()
     read -ra max <<<"$3"
-    shift 3
+    read -ra late <<<"$4"
+    shift 4
     wanted+=("$@")
     for system in "${BASELINES[@]}"; do
         [[ " ${max[*]} " == *" $system "* ]] && windows+=("$system")
+        [[ " ${late[*]} " == *" $system "* ]] && tokens+=("$system")
     done
     [[ " ${windows[*]} " == *" chunk:minilm "* ]] && references+=(max:chunk:minilm)
+    [[ " ${tokens[*]} " == *" chunk:minilm "* ]] && references+=(late:chunk:minilm)
     mapfile -t adapted < <(adapted_models)
     for system in "${adapted[@]}"; do
         if [[ " ${wanted[*]} " == *" $(basename "$system") "* ]]; then
             dense+=("$system")
             [[ " ${max[*]} " =~ " "(adapted|$(basename "$system"))" " ]] && windows+=("$system")
+            [[ " ${late[*]} " =~ " "(adapted|$(basename "$system"))" " ]] && tokens+=("$system")
         fi
     done
     [[ " ${dense[*]} " == *" $ADAPTED/s5-all "* ]] && references+=("$ADAPTED/s5-all")
     for system in "${windows[@]}"; do dense+=("max:$system"); done
+    for system in "${tokens[@]}"; do dense+=("late:$system"); done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
     tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired "${references[@]}"
 }
@@ -237,8 +244,11 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." VARIANT...: BM25, 
 # adapted s5-all, and s5-all read with the length-aware logit scale; and s5-long, the remedy named in advance for
 # the whole-meeting context penalty that max:s5-all showed there, read whole and with the max: read-out (which
 # tells whether its windows read better than s5-all's).
-stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all s5-long" s5-long s5-all-lscale; }
-stage_spans() { corpus_retrieval spans "$SPANS_RECORDS" "chunk:minilm interp:minilm adapted" s5-far s5-long s5-all-lscale; }
+stage_qmsum() { corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all s5-long" "" s5-long s5-all-lscale; }
+stage_spans() {
+    corpus_retrieval spans "$SPANS_RECORDS" "chunk:minilm interp:minilm adapted" "chunk:minilm s5-all" \
+        s5-far s5-long s5-all-lscale
+}
 
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(adapt embed embed-8192 embed-32k classify-2048 report-2048)

@@ -262,6 +262,33 @@ def test_an_interrupted_max_readout_resumes_with_its_windows(workspace, tmp_path
     assert resumed["results"][chunked]["ranks"] == whole["results"][chunked]["ranks"]
 
 
+def test_an_interrupted_late_readout_resumes_from_its_files_per_document(workspace, tmp_path, monkeypatch):
+    late = f"late:chunk:{workspace / 'tiny'}"
+    whole = qmsum.run(arguments(workspace, tmp_path / "whole", late))
+    document_vectors = qmsum.Embedder.document_vectors
+    calls = []
+
+    def failing(self, document):
+        calls.append(len(document))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return document_vectors(self, document)
+
+    monkeypatch.setattr(qmsum.Embedder, "document_vectors", failing)
+    with pytest.raises(KeyboardInterrupt):
+        qmsum.run(arguments(workspace, tmp_path / "out", late))
+    kept = tmp_path / "out" / "embeddings"
+    assert sorted(path.name for path in next(kept.glob("late_*/")).iterdir()) == ["00000.npy", "00001.npy"]
+    monkeypatch.setattr(qmsum.Embedder, "document_vectors", document_vectors)
+    resumed = qmsum.run(arguments(workspace, tmp_path / "out", late))
+    np.testing.assert_array_equal(
+        np.load(qmsum.scores_path(tmp_path / "out", late, "qmsum")),
+        np.load(qmsum.scores_path(tmp_path / "whole", late, "qmsum")),
+    )
+    assert resumed["results"][late]["ranks"] == whole["results"][late]["ranks"]
+    assert not kept.exists()
+
+
 def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):
     from tisa_hf.common.spellings import parse_spelling
     from tisa_hf.embeddings.longembed import prepare
@@ -278,9 +305,60 @@ def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_pa
     with pytest.raises(UsageError) as error:
         prepare(args)
     assert str(error.value) == (
-        f"max:chunk:{tiny}: tisa-hf longembed reads one vector a text; the max: read-out is measured by tisa-hf "
-        "qmsum and tisa-hf spans."
+        f"max:chunk:{tiny}: tisa-hf longembed reads one vector a text; the max: and late: read-outs are measured by "
+        "tisa-hf qmsum and tisa-hf spans."
     )
+
+
+def test_late_interaction_scores_equal_maxsim_computed_directly():
+    generator = np.random.default_rng(0)
+    counts = [3, 1, 4]
+    rows = generator.normal(size=(sum(counts), 5))
+    queries = [generator.normal(size=(tokens, 5)) for tokens in (2, 3)]
+    documents = np.split(rows, np.cumsum(counts)[:-1])
+    expected = [[np.mean([max(q @ d for d in document) for q in query]) for document in documents] for query in queries]
+    np.testing.assert_allclose(qmsum.late_interaction_scores(queries, rows, counts), expected, rtol=1e-12)
+
+
+def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_no_token_vectors(workspace, tmp_path):
+    """late:chunk: each chunk's token states, read apart; late:MODEL read whole: the whole document's; the query's
+    token states likewise ([CLS] and [SEP] left out); then MaxSim. The token vectors are not kept once scored."""
+    from embedding_fixtures import tiny_tokenizer
+    from transformers import AutoModel
+
+    from tisa_hf.common.pooling import chunks_of
+    from tisa_hf.config import TisaConfig
+
+    tiny = str(workspace / "tiny")
+    chunked, whole = f"late:chunk:{tiny}", f"late:tisa:replace:2:{tiny}"
+    record = qmsum.run(arguments(workspace, tmp_path / "out", chunked, whole))
+    meetings = read_meetings(workspace / "qmsum")
+    tokenizer = tiny_tokenizer()
+    documents = [qmsum.cut(ids, 200) for ids in tokenizer(meetings.documents)["input_ids"]]
+    queries = tokenizer(meetings.queries)["input_ids"]
+
+    def token_states(model, ids):
+        with torch.no_grad():
+            return F.normalize(model(input_ids=torch.tensor([ids])).last_hidden_state[0, 1:-1], dim=-1)
+
+    def maxsim(query, document):
+        return (query @ document.T).max(dim=1).values.mean().item()
+
+    plain = AutoModel.from_pretrained(tiny).eval()
+    patched = AutoModel.from_pretrained(tiny, tisa=TisaConfig(num_kernels=2, mode="replace")).eval()
+    for system, read in (
+        (chunked, lambda ids: torch.cat([token_states(plain, chunk) for chunk in chunks_of(ids, 32)])),
+        (whole, lambda ids: token_states(patched, ids)),
+    ):
+        document_tokens = [read(ids) for ids in documents]
+        query_tokens = [read(ids) for ids in queries]
+        expected = [[maxsim(query, document) for document in document_tokens] for query in query_tokens]
+        got = np.load(qmsum.scores_path(tmp_path / "out", system, "qmsum"))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+        assert record["results"][system]["ranks"] == answer_ranks(got, meetings.answers)
+        tokens = round(float(np.mean([len(ids) - 2 for ids in documents])), 1)
+        assert record["results"][system]["throughput"]["vectors_per_document"] == tokens
+    assert not (tmp_path / "out" / "embeddings").exists()
 
 
 def test_measures_by_meeting_length_equal_direct_means_over_the_groups(workspace, tmp_path, monkeypatch, loaded):

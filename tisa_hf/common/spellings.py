@@ -13,6 +13,11 @@ position table, or which TISA it is given:
 window of T - 2 tokens, and scores it by its best window (the retrieval commands' multi-vector read-out): the
 chunks' own embeddings for `max:chunk:MODEL`, the mean of the whole document's token states over each window for a
 whole read (`max:MODEL`, `max:interp:MODEL`), so that the two differ only in whether a window was read in context.
+
+`late:` before any of these keeps a document as its token vectors and scores it by late interaction (ColBERT's
+MaxSim): each token's state as the reading gives it (the whole document's for a whole read, each chunk's for
+`chunk:`, the first T tokens' for `trunc:`), the query's likewise, and the mean over the query's tokens of each one's
+best cosine similarity to a document token.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ CHUNKING_PREFIX = "chunk:"
 INTERPOLATION_PREFIX = "interp:"
 TISA_PREFIX = "tisa:"
 MAX_PREFIX = "max:"
+LATE_PREFIX = "late:"
+READOUTS = {MAX_PREFIX: "max", LATE_PREFIX: "late"}
 # The prefixes that choose how a model reads an input past its table, and the reading's name
 READINGS = {TRUNCATION_PREFIX: "trunc", CHUNKING_PREFIX: "chunk", INTERPOLATION_PREFIX: "interp"}
 
@@ -34,7 +41,8 @@ READINGS = {TRUNCATION_PREFIX: "trunc", CHUNKING_PREFIX: "chunk", INTERPOLATION_
 @dataclass(frozen=True)
 class Spelling:
     """A model as spelled: how it reads (`full`, `trunc`, `chunk`, `interp`), the model, the TISA it is given
-    here (`tisa:` spellings; None: its own), and its read-out (`mean`: one vector a document; `max`: `max:`)."""
+    here (`tisa:` spellings; None: its own), and its read-out (`mean`: one vector a document; `max`: `max:`;
+    `late`: `late:`)."""
 
     reading: str
     model: str
@@ -43,7 +51,10 @@ class Spelling:
 
 
 def parse_spelling(spec: str) -> Spelling:
-    readout, rest = ("max", spec.removeprefix(MAX_PREFIX)) if spec.startswith(MAX_PREFIX) else ("mean", spec)
+    readout, rest = "mean", spec
+    for prefix, name in READOUTS.items():
+        if spec.startswith(prefix):
+            readout, rest = name, spec.removeprefix(prefix)
     reading, model, tisa = "full", rest, None
     for prefix, name in READINGS.items():
         if rest.startswith(prefix):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -23,19 +24,30 @@ LOG_EVERY = 10  # documents between log lines when no progress bar is shown
 
 
 def embed_documents(
-    read: Callable[[list[int]], np.ndarray], documents: list[list[int]], folder: Path, name: str, fingerprint: str
+    read: Callable[[list[int]], np.ndarray],
+    documents: list[list[int]],
+    folder: Path,
+    name: str,
+    fingerprint: str,
+    file_per_document: bool = False,
 ) -> dict[str, Any]:
     """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, or one per window for
     the max: read-out), one document at a time in order, kept in `folder` after each (with the time and tokens
     spent so far, and the rows of each document where there can be several), resuming from what is there when it
     was made of the same tokens (`fingerprint`); returns the rows in order, each document's row count, the
-    totals, and the part of them that earlier runs spent (`earlier`)."""
+    totals, and the part of them that earlier runs spent (`earlier`).
+
+    The rows are kept as one array, rewritten after each document, or with `file_per_document` (a late: read-out's
+    one row a token, gigabytes over a corpus) as one array a document in `folder/name/`, each written once."""
     array, state = folder / f"{name}.npy", folder / f"{name}.json"
     done = json.loads(state.read_text()) if state.is_file() else {}
     if done.get("tokens_sha256") != fingerprint:
         done = {}
     counts = done.get("windows", [1] * done.get("documents", 0))
-    rows = list(np.load(array)[: sum(counts)]) if done else []
+    if file_per_document:
+        rows = [row for index in range(len(counts)) for row in np.load(folder / name / f"{index:05d}.npy")]
+    else:
+        rows = list(np.load(array)[: sum(counts)]) if done else []
     totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
     if rows:
         logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
@@ -50,7 +62,10 @@ def embed_documents(
         totals["cpu_time_s"] += time.process_time() - cpu_started
         totals["documents"] += 1
         totals["tokens"] += len(document)
-        save_array(array, np.stack(rows))
+        if file_per_document:
+            save_array(folder / name / f"{len(counts) - 1:05d}.npy", vectors)
+        else:
+            save_array(array, np.stack(rows))
         several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
         state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
         bar.update()
@@ -67,6 +82,7 @@ def discard_kept(folder: Path, name: str) -> None:
     folder above it when that leaves them empty."""
     for path in (folder / f"{name}.npy", folder / f"{name}.json"):
         path.unlink(missing_ok=True)
+    shutil.rmtree(folder / name, ignore_errors=True)
     for empty in (folder, folder.parent):
         if empty.is_dir() and not any(empty.iterdir()):
             empty.rmdir()

@@ -8,7 +8,8 @@ other system's measures minus REF's with 95% bootstrap intervals over the querie
 
 A model's document embeddings are the cost (hours for a TISA model on 2 CPU cores): each system embeds the
 documents one by one in a fixed order, and OUT/embeddings/ keeps those done after every document, with the time
-and tokens spent, so an interrupted run resumes mid-system. OUT/qmsum.json is rewritten after every finished
+and tokens spent, so an interrupted run resumes mid-system (a `late:` system's, one vector a token, only until
+its scores are recorded). OUT/qmsum.json is rewritten after every finished
 system (a rerun with the same settings measures only the systems it lacks; --overwrite starts over), with each
 system's documents and tokens a second; OUT/qmsum.md holds the tables and OUT/qmsum.png plots nDCG@10 beside
 LongEmbed's published numbers. Everything is checked and tokenized before any model loads.
@@ -36,7 +37,7 @@ from ..common.paired import paired_per_query
 from ..common.result_files import check_out_folder, file_name, resumable_record, save_array, scores_path, write_record
 from ..common.tables import markdown_table, paired_cell
 from ..errors import UsageError
-from .kept_embeddings import EMBEDDINGS_FOLDER, embed_documents
+from .kept_embeddings import EMBEDDINGS_FOLDER, discard_kept, embed_documents
 from .lexical import bm25_scores
 from .longembed import ordered, system_facts
 from .options import qmsum_parser
@@ -188,6 +189,14 @@ def best_window_scores(queries: np.ndarray, rows: np.ndarray, windows: list[int]
     return np.maximum.reduceat(queries @ rows.T, starts, axis=1)
 
 
+def late_interaction_scores(queries: list[np.ndarray], rows: np.ndarray, counts: list[int]) -> np.ndarray:
+    """(queries, documents): late interaction (ColBERT's MaxSim), the mean over a query's token vectors of each
+    one's best cosine similarity to the token vectors of a document (`counts[d]` consecutive rows of `rows`).
+    Written here: PyLate, the library of late interaction, pins sentence-transformers 5.3 and transformers <= 5.3."""
+    starts = np.cumsum([0, *counts[:-1]])
+    return np.stack([np.maximum.reduceat(query @ rows.T, starts, axis=1).mean(0) for query in queries])
+
+
 def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The system's scores (queries x documents), with its throughput for a model."""
     if isinstance(system, LexicalSpec):
@@ -197,11 +206,15 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         return {"scores": reciprocal_rank_fusion(*parts)}
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     embedder = Embedder(system, max(map(len, task.documents)), device, args.batch_tokens)
-    queries = embedder.read(task.query_ids).numpy()
+    if system.readout == "late":
+        query_tokens = [embedder.read_tokens(query).numpy() for query in task.query_ids]
+    else:
+        queries = embedder.read(task.query_ids).numpy()
     fingerprint = task.record["settings"]["tokens_sha256"]
     documents = embed_documents(
         lambda document: embedder.document_vectors(document).numpy(),
         task.documents, out / EMBEDDINGS_FOLDER, file_name(system.spec), fingerprint,
+        file_per_document=system.readout == "late",
     )  # fmt: skip
     throughput = {
         "documents": documents["documents"],
@@ -211,7 +224,12 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         "documents_per_s": round(documents["documents"] / documents["wall_time_s"], 3),
         "tokens_per_s": round(documents["tokens"] / documents["wall_time_s"], 1),
     }
-    if system.readout == "max":
+    if system.readout == "late":
+        scores = late_interaction_scores(query_tokens, documents["embeddings"], documents["windows"])
+        throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)
+        # One vector a token (a 1.5 KB float32 row each): kept for a resume, not beyond the system's record.
+        discard_kept(out / EMBEDDINGS_FOLDER, file_name(system.spec))
+    elif system.readout == "max":
         scores = best_window_scores(queries, documents["embeddings"], documents["windows"])
         throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)
     else:

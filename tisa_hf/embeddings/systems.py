@@ -16,6 +16,9 @@ Queries are read the same way as documents.
   adapted (`tisa:replace:5:minilm`).
 - `max:` before a spelling (the retrieval commands `qmsum` and `spans`): a document is one vector per window of
   T - 2 tokens (`read_windows`) and its score is its best window's; the query is one vector as usual.
+- `late:` before a spelling (the same commands): a document and a query are their token vectors (`read_tokens`),
+  scored by late interaction (ColBERT's MaxSim: the mean over the query's tokens of each one's best cosine
+  similarity to a document token).
 Every embedding is normalised, and documents are ranked by cosine similarity to the query.
 
 Two systems embed nothing (the retrieval commands take them; `lexical.py`, `ranking.py`):
@@ -245,8 +248,31 @@ class Embedder:
         return self.embed(sequences, progress)
 
     def document_vectors(self, document: list[int]) -> torch.Tensor:
-        """The document as this system keeps it: one row, or with the `max:` read-out one per window."""
-        return self.read_windows(document) if self.spec.readout == "max" else self.read([document])
+        """The document as this system keeps it: one row, one per window (`max:`) or one per token (`late:`)."""
+        if self.spec.readout == "max":
+            return self.read_windows(document)
+        if self.spec.readout == "late":
+            return self.read_tokens(document)
+        return self.read([document])
+
+    @torch.no_grad()
+    def read_tokens(self, sequence: list[int]) -> torch.Tensor:
+        """(tokens, dim) normalised token states of a document or query as this system reads it, [CLS] and [SEP]
+        left out: of the whole sequence (stretched for `interp:`), of each chunk of T tokens for `chunk:`, of the
+        first T for `trunc:` (T: the position table)."""
+        table = self.spec.table_length
+        if self.spec.reading == "trunc" and len(sequence) > table:
+            pieces = [sequence[: table - 1] + sequence[-1:]]
+        elif self.spec.reading == "chunk" and len(sequence) > table:
+            pieces = chunks_of(sequence, table)
+        else:
+            self._stretch(len(sequence))
+            pieces = [sequence]
+        states = [
+            self.model({"input_ids": torch.tensor([piece], device=self.model.device)})["token_embeddings"][0, 1:-1]
+            for piece in pieces
+        ]
+        return F.normalize(torch.cat(states).float(), dim=-1).cpu()
 
     @torch.no_grad()
     def read_windows(self, document: list[int]) -> torch.Tensor:
@@ -265,10 +291,10 @@ class Embedder:
 
 
 def check_single_vector(systems: list[SystemSpec], command: str) -> None:
-    """`command` reads one vector a text: a `max:` read-out is refused before any model loads."""
+    """`command` reads one vector a text: a `max:` or `late:` read-out is refused before any model loads."""
     for system in systems:
         if system.readout != "mean":
             raise UsageError(
-                f"{system.spec}: {command} reads one vector a text; the max: read-out is measured by tisa-hf qmsum "
-                "and tisa-hf spans."
+                f"{system.spec}: {command} reads one vector a text; the max: and late: read-outs are measured by "
+                "tisa-hf qmsum and tisa-hf spans."
             )
