@@ -13,8 +13,10 @@
 #             on the same documents: the original truncated at its table, chunk-and-average, position
 #             interpolation, the adapted models and unadapted replace S=5, BM25 and BM25 fused with the
 #             adapted S=5 model; 256 to 4,096 tokens with 100
-#             documents and 50 queries a length; paired intervals to the three baselines, the bag-of-words
-#             control and the distilled S=5 model (about 25 minutes a TISA model on 2 CPU cores);
+#             documents and 50 queries a length, and the late: read-out (one vector a token, MaxSim) of
+#             chunking and of the adapted S=5 model; paired intervals to the three baselines, chunking's late:
+#             read-out, the bag-of-words control and the distilled S=5 model (about 25 minutes a TISA model on 2
+#             CPU cores);
 #   embed-8192  the same at 8,192 tokens with 50 documents and 25 queries (a TISA model reads such a document
 #             in about 20 s on 2 CPU cores: about 40 minutes a TISA model);
 #   classify  Hyperpartisan (configs/sweeps/hyperpartisan-minilm.yaml): every ready variant on fold 0, the rate of
@@ -115,16 +117,19 @@ sys.exit(0 if not measured or scores_path(out, system, "").parent.is_dir() else 
 
 retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NAME, the baselines and the models in
     # `adapted`, on the same documents, then BM25, and BM25 fused with the adapted S=5 model where the record keeps
-    # that model's scores or has none of its cells yet (an older record's cells would be measured again); paired to
-    # each baseline, to the bag-of-words control (does order help, not just length?) and to the distilled S=5 model
-    # (the recipe every variant is weighed against), those adapted
+    # that model's scores or has none of its cells yet (an older record's cells would be measured again), then the
+    # late: read-out (chosen on the development task) of chunking and of the adapted S=5 model; paired to each
+    # baseline, to chunking's late: read-out, to the bag-of-words control (does order help, not just length?) and
+    # to the distilled S=5 model (the recipe every variant is weighed against), those adapted
     local out=$LONGEMBED_RECORDS/$1
     shift
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm bm25)  # run in this order
     if adapted_has s5-all && fusable "$out" "$ADAPTED/s5-all"; then
         systems+=("hybrid:bm25+$ADAPTED/s5-all")
     fi
-    local references=("${BASELINES[@]}")
+    systems+=(late:chunk:minilm)
+    adapted_has s5-all && systems+=("late:$ADAPTED/s5-all")
+    local references=("${BASELINES[@]}" late:chunk:minilm)
     adapted_has s0-all && references+=("$ADAPTED/s0-all")
     adapted_has s5-all && references+=("$ADAPTED/s5-all")
     tisa-hf longembed "$@" --out "$out" "${systems[@]}" --paired "${references[@]}"

@@ -15,7 +15,9 @@ from embedding_fixtures import parse_systems_then_options, record_loaded_systems
 from transformers import AutoModel
 
 from tests.fixtures import WORDS
+from tisa_hf.common.pooling import chunks_of
 from tisa_hf.common.text import tokenize_articles
+from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
@@ -191,6 +193,54 @@ def test_a_long_cell_resumes_at_its_next_document(workspace, tmp_path, monkeypat
     assert resumed["results"][bag]["passkey"]["120"]["resumed_after_documents"] == 3
     assert "resumed_after_documents" not in resumed["results"][bag]["needle"]["120"]
     assert not (tmp_path / "out" / "embeddings").exists()  # kept only until their cell is recorded
+
+
+def test_the_late_readout_scores_by_maxsim_and_a_long_cell_keeps_its_token_vectors_until_recorded(
+    workspace, tmp_path, monkeypatch
+):
+    """late:chunk: each chunk's token states; late:MODEL (S = 0 reads any length): the whole document's, in a long
+    cell kept one file a document (here: a forward pass a document), so a stopped cell resumes at its next one."""
+    tiny = workspace / "tiny"
+    chunked, whole = f"late:chunk:{tiny}", f"late:tisa:replace:0:{tiny}"
+    options = ("--lengths", "120", "--batch-tokens", "100")
+    real_read_tokens, calls = Embedder.read_tokens, []
+
+    def read_until_stopped(self, sequence):
+        if self.spec.spec == whole and len(sequence) == 120:
+            if len(calls) == 2:
+                raise RuntimeError("stopped")
+            calls.append(sequence)
+        return real_read_tokens(self, sequence)
+
+    monkeypatch.setattr(Embedder, "read_tokens", read_until_stopped)
+    with pytest.raises(RuntimeError, match="stopped"):
+        longembed.run(arguments(workspace, tmp_path / "out", chunked, whole, *options))
+    assert len(list((tmp_path / "out" / "embeddings" / file_name(whole) / "passkey-120").iterdir())) == 2
+    monkeypatch.setattr(Embedder, "read_tokens", real_read_tokens)
+    record = longembed.run(arguments(workspace, tmp_path / "out", chunked, whole, *options))
+    assert record["results"][whole]["passkey"]["120"]["resumed_after_documents"] == 2
+    assert not (tmp_path / "out" / "embeddings").exists()
+
+    plain = AutoModel.from_pretrained(tiny).eval()
+    bag = AutoModel.from_pretrained(tiny, tisa=TisaConfig(num_kernels=0, mode="replace")).eval()
+
+    def tokens(model, ids):
+        with torch.no_grad():
+            return F.normalize(model(input_ids=torch.tensor([ids])).last_hidden_state[0, 1:-1], dim=-1)
+
+    readers = {
+        chunked: lambda ids: torch.cat([tokens(plain, piece) for piece in chunks_of(ids, TABLE)]),
+        whole: lambda ids: tokens(bag, ids),
+    }
+    retrieval = build_task("passkey", 120, tiny_tokenizer(), documents=6, queries=4, seed=0)
+    for system, read in readers.items():
+        documents = [read(ids) for ids in retrieval.documents]
+        expected = [
+            [(read(query) @ document.T).max(dim=1).values.mean().item() for document in documents]
+            for query in retrieval.query_ids
+        ]
+        got = np.load(scores_path(tmp_path / "out", system, "passkey-120"))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
 def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):

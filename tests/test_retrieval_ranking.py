@@ -1,5 +1,5 @@
 """The retrieval measures (ranks with ties against the query, nDCG@10, MRR@10), BM25 against the formula computed
-by hand, and reciprocal-rank fusion against a hand computation."""
+by hand, reciprocal-rank fusion against a hand computation, and late interaction's MaxSim against a direct loop."""
 
 from __future__ import annotations
 
@@ -11,8 +11,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tisa_hf.embeddings.ranking import answer_ranks, per_query, reciprocal_rank_fusion
+from tisa_hf.embeddings.ranking import answer_ranks, late_interaction_scores, per_query, reciprocal_rank_fusion
 from tisa_hf.errors import UsageError
+
+
+def test_late_interaction_scores_equal_maxsim_computed_directly():
+    generator = np.random.default_rng(0)
+    counts = [3, 1, 4]
+    rows = generator.normal(size=(sum(counts), 5))
+    queries = [generator.normal(size=(tokens, 5)) for tokens in (2, 3)]
+    documents = np.split(rows, np.cumsum(counts)[:-1])
+    expected = [[np.mean([max(q @ d for d in document) for q in query]) for document in documents] for query in queries]
+    np.testing.assert_allclose(late_interaction_scores(queries, rows, counts), expected, rtol=1e-12)
+
 
 pytest.importorskip("bm25s")
 from bm25s.stopwords import STOPWORDS_EN  # noqa: E402

@@ -3,8 +3,9 @@
 Per task (passkey, needle; `longembed_data.py`) and document length, every system (`systems.py`) scores the same
 candidate documents against the same queries, and Acc@1 is the share of queries whose document scores highest
 (LongEmbed's nDCG@1 with one relevant document; a tie with another candidate counts as a miss; `ranking.py`).
-A model embeds the documents' token ids; BM25 reads their text (the token ids decoded, special tokens left out);
-a hybrid fuses the rankings of the two. With --paired REF, every other system's Acc@1 minus REF's with a 95%
+A model embeds the documents' token ids (one vector a text, or with the `late:` read-out one a token, scored by
+MaxSim); BM25 reads their text (the token ids decoded, special tokens left out); a hybrid fuses the rankings of
+the two. With --paired REF, every other system's Acc@1 minus REF's with a 95%
 bootstrap interval over the queries (the same queries for both; `common/paired.py`).
 
 Everything that can be wrong (settings, output folder, systems' configs and tokenizers, lengths against the
@@ -12,7 +13,8 @@ tables, the text) is checked and the documents are built before any model loads.
 rewritten after every finished (system, task, length) cell, whose scores are kept in OUT/scores/; a rerun with
 the same settings and documents skips the finished cells (and may add systems), --overwrite starts over. A cell
 whose documents a model reads one a forward pass (whole reads of at least half --batch-tokens: the long cells)
-keeps their embeddings in OUT/embeddings/ as they are made, so an interrupted cell resumes at its next document.
+keeps their embeddings in OUT/embeddings/ as they are made (a `late:` system's one file a document), so an
+interrupted cell resumes at its next document.
 OUT/longembed.md holds the tables and OUT/longembed.png plots Acc@1 against length.
 """
 
@@ -51,7 +53,7 @@ from .lexical import bm25_scores
 from .longembed_data import RetrievalSet, build_task, text_haystack
 from .needles import NAMES
 from .options import longembed_parser
-from .ranking import answer_ranks, reciprocal_rank_fusion
+from .ranking import answer_ranks, late_interaction_scores, reciprocal_rank_fusion
 from .systems import (
     Embedder,
     HybridSpec,
@@ -59,7 +61,7 @@ from .systems import (
     RetrievalSystem,
     SystemSpec,
     check_hybrid_parts,
-    check_single_vector,
+    check_readouts,
     check_system_names,
     dense_systems,
     parse_system,
@@ -126,7 +128,7 @@ def prepare(args: argparse.Namespace) -> Evaluation:
     models = dense_systems(systems)
     if not models:
         raise UsageError("Give a model among the systems: the documents are built from its tokenizer's tokens.")
-    check_single_vector(models, "tisa-hf longembed")
+    check_readouts(models, "tisa-hf longembed", ("mean", "late"))
     for spec in models:
         spec.check_lengths(settings["lengths"])
     tokenizer = shared_tokenizer(models)
@@ -300,6 +302,8 @@ def cell_scores(
     if isinstance(system, HybridSpec):
         parts = (np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
         return reciprocal_rank_fusion(*parts), {}
+    if system.readout == "late":
+        return late_cell_scores(system, embedder, retrieval, evaluation, out, args)
     queries = embedder.read(retrieval.query_ids)
     if not keeps_documents(system, retrieval.length, args.batch_tokens):
         return (queries @ embedder.read(retrieval.documents, progress=label).T).numpy(), {}
@@ -308,6 +312,29 @@ def cell_scores(
         retrieval.documents, kept_folder(out, system), cell, evaluation.record["settings"]["documents_sha256"],
     )  # fmt: skip
     return (queries @ torch.from_numpy(kept["embeddings"]).T).numpy(), kept["earlier"]
+
+
+def late_cell_scores(
+    system: SystemSpec,
+    embedder: Embedder,
+    retrieval: RetrievalSet,
+    evaluation: Evaluation,
+    out: Path,
+    args: argparse.Namespace,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """`cell_scores` for the late: read-out: every text's token vectors (one forward pass a document), scored by
+    MaxSim; a cell whose documents `keeps_documents` keeps them one file a document until it is recorded."""
+    queries = [embedder.read_tokens(query).numpy() for query in retrieval.query_ids]
+    if not keeps_documents(system, retrieval.length, args.batch_tokens):
+        documents = [embedder.read_tokens(document).numpy() for document in retrieval.documents]
+        rows, counts = np.concatenate(documents), [len(vectors) for vectors in documents]
+        return late_interaction_scores(queries, rows, counts), {}
+    kept = embed_documents(
+        lambda document: embedder.read_tokens(document).numpy(),
+        retrieval.documents, kept_folder(out, system), f"{retrieval.task}-{retrieval.length}",
+        evaluation.record["settings"]["documents_sha256"], file_per_document=True,
+    )  # fmt: skip
+    return late_interaction_scores(queries, kept["embeddings"], kept["windows"]), kept["earlier"]
 
 
 def kept_folder(out: Path, system: RetrievalSystem) -> Path:

@@ -43,7 +43,14 @@ from .longembed import ordered, system_facts
 from .options import qmsum_parser
 from .qmsum_data import Meetings, read_meetings
 from .query_groups import by_group, group_tables
-from .ranking import MEASURE_LABELS, MEASURES, answer_ranks, per_query, reciprocal_rank_fusion
+from .ranking import (
+    MEASURE_LABELS,
+    MEASURES,
+    answer_ranks,
+    late_interaction_scores,
+    per_query,
+    reciprocal_rank_fusion,
+)
 from .systems import (
     Embedder,
     HybridSpec,
@@ -187,14 +194,6 @@ def best_window_scores(queries: np.ndarray, rows: np.ndarray, windows: list[int]
     """(queries, documents): each document's best window's cosine similarity to each query."""
     starts = np.cumsum([0, *windows[:-1]])
     return np.maximum.reduceat(queries @ rows.T, starts, axis=1)
-
-
-def late_interaction_scores(queries: list[np.ndarray], rows: np.ndarray, counts: list[int]) -> np.ndarray:
-    """(queries, documents): late interaction (ColBERT's MaxSim), the mean over a query's token vectors of each
-    one's best cosine similarity to the token vectors of a document (`counts[d]` consecutive rows of `rows`).
-    Written here: PyLate, the library of late interaction, pins sentence-transformers 5.3 and transformers <= 5.3."""
-    starts = np.cumsum([0, *counts[:-1]])
-    return np.stack([np.maximum.reduceat(query @ rows.T, starts, axis=1).mean(0) for query in queries])
 
 
 def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Ranking measures with one relevant document per query, and reciprocal-rank fusion.
+"""Ranking measures with one relevant document per query, reciprocal-rank fusion, and late-interaction scores.
 
 A query's rank is that of its document among all candidates, ties counted against it (rank 1 only when it
 scores strictly above every other candidate, as Acc@1 always was here). With one relevant document, nDCG@10 is
@@ -54,3 +54,11 @@ def reciprocal_rank_fusion(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:
     for matrix in scores:
         fused += 1 / (k + stats.rankdata(-np.asarray(matrix, dtype=float), method="min", axis=-1))
     return fused
+
+
+def late_interaction_scores(queries: list[np.ndarray], rows: np.ndarray, counts: list[int]) -> np.ndarray:
+    """(queries, documents): late interaction (ColBERT's MaxSim), the mean over a query's token vectors of each
+    one's best cosine similarity to the token vectors of a document (`counts[d]` consecutive rows of `rows`).
+    Written here: PyLate, the library of late interaction, pins sentence-transformers 5.3 and transformers <= 5.3."""
+    starts = np.cumsum([0, *counts[:-1]])
+    return np.stack([np.maximum.reduceat(query @ rows.T, starts, axis=1).mean(0) for query in queries])

@@ -290,11 +290,12 @@ class Embedder:
         return F.normalize(windows, dim=-1).cpu()
 
 
-def check_single_vector(systems: list[SystemSpec], command: str) -> None:
-    """`command` reads one vector a text: a `max:` or `late:` read-out is refused before any model loads."""
+def check_readouts(systems: list[SystemSpec], command: str, readouts: tuple[str, ...] = ("mean",)) -> None:
+    """`command` takes the read-outs `readouts` (`mean`: one vector a text); another is refused before any model
+    loads."""
     for system in systems:
-        if system.readout != "mean":
+        if system.readout not in readouts:
             raise UsageError(
-                f"{system.spec}: {command} reads one vector a text; the max: and late: read-outs are measured by "
-                "tisa-hf qmsum and tisa-hf spans."
+                f"{system.spec}: {command} does not take the {system.readout}: read-out; tisa-hf qmsum and tisa-hf "
+                "spans do."
             )
