@@ -1,6 +1,7 @@
 """CUDA correctness of TISA's attention routes (skipped without a GPU): sdpa against eager with padding in every
 precision, kernel-only training of a frozen encoder, replace mode far past the position table, flex attention's
-kernel gradients, a checkpoint saved on the GPU read on the CPU, and kernels fitted to a model on the GPU."""
+kernel gradients, a checkpoint saved on the GPU read on the CPU, kernels fitted to a model on the GPU, and late
+interaction's MaxSim computed on the GPU. The banded route's CUDA cases are in test_banded.py."""
 
 from __future__ import annotations
 
@@ -167,3 +168,14 @@ def test_patching_a_model_on_the_gpu_fits_its_kernels_there():
     assert model.tisa.amplitude.device.type == "cuda"
     torch.testing.assert_close(model.tisa.amplitude, expected.amplitude)
     torch.testing.assert_close(model.tisa.center, expected.center)
+
+
+def test_late_interaction_scores_on_the_gpu_equal_the_cpu_ones():
+    from tisa_hf.embeddings.ranking import late_interaction_scores
+
+    generator = torch.Generator().manual_seed(0)
+    counts = [700, 1, 300]
+    rows = torch.nn.functional.normalize(torch.randn(sum(counts), 32, generator=generator), dim=-1).numpy()
+    queries = [torch.nn.functional.normalize(torch.randn(n, 32, generator=generator), dim=-1).numpy() for n in (5, 9)]
+    on_cpu = late_interaction_scores(queries, rows, counts)
+    torch.testing.assert_close(late_interaction_scores(queries, rows, counts, CUDA), on_cpu, atol=1e-5, rtol=1e-5)

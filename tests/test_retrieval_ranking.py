@@ -23,6 +23,8 @@ def test_late_interaction_scores_equal_maxsim_computed_directly():
     documents = np.split(rows, np.cumsum(counts)[:-1])
     expected = [[np.mean([max(q @ d for d in document) for q in query]) for document in documents] for query in queries]
     np.testing.assert_allclose(late_interaction_scores(queries, rows, counts), expected, rtol=1e-12)
+    on_a_device = late_interaction_scores(queries, rows, counts, torch.device("cpu"))  # the path a GPU takes
+    np.testing.assert_allclose(on_a_device, expected, rtol=1e-12)
 
 
 pytest.importorskip("bm25s")

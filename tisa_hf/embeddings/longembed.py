@@ -325,16 +325,17 @@ def late_cell_scores(
     """`cell_scores` for the late: read-out: every text's token vectors (one forward pass a document), scored by
     MaxSim; a cell whose documents `keeps_documents` keeps them one file a document until it is recorded."""
     queries = [embedder.read_tokens(query).numpy() for query in retrieval.query_ids]
+    on = embedder.model.device if embedder.model.device.type != "cpu" else None
     if not keeps_documents(system, retrieval.length, args.batch_tokens):
         documents = [embedder.read_tokens(document).numpy() for document in retrieval.documents]
         rows, counts = np.concatenate(documents), [len(vectors) for vectors in documents]
-        return late_interaction_scores(queries, rows, counts), {}
+        return late_interaction_scores(queries, rows, counts, on), {}
     kept = embed_documents(
         lambda document: embedder.read_tokens(document).numpy(),
         retrieval.documents, kept_folder(out, system), f"{retrieval.task}-{retrieval.length}",
         evaluation.record["settings"]["documents_sha256"], file_per_document=True,
     )  # fmt: skip
-    return late_interaction_scores(queries, kept["embeddings"], kept["windows"]), kept["earlier"]
+    return late_interaction_scores(queries, kept["embeddings"], kept["windows"], on), kept["earlier"]
 
 
 def kept_folder(out: Path, system: RetrievalSystem) -> Path:

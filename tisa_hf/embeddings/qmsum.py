@@ -224,7 +224,8 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         "tokens_per_s": round(documents["tokens"] / documents["wall_time_s"], 1),
     }
     if system.readout == "late":
-        scores = late_interaction_scores(query_tokens, documents["embeddings"], documents["windows"])
+        on = device if device.type != "cpu" else None
+        scores = late_interaction_scores(query_tokens, documents["embeddings"], documents["windows"], on)
         throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)
         # One vector a token (a 1.5 KB float32 row each): kept for a resume, not beyond the system's record.
         discard_kept(out / EMBEDDINGS_FOLDER, file_name(system.spec))
