@@ -17,7 +17,8 @@ SYSTEMS_HELP = (
     "Models as read: MODEL (folder, Hub id or minilm; whole documents), trunc:MODEL (its table's first tokens), "
     "chunk:MODEL (chunk-and-average), interp:MODEL (position interpolation), tisa:MODE:S:MODEL (given TISA, "
     "unadapted); max:SYSTEM (qmsum and spans: a document kept as one vector per table-sized window, scored by "
-    "its best window); bm25 or bm25:plain (BM25 on the text, English stopwords removed or kept); "
+    "its best window); late:SYSTEM (longembed, qmsum and spans: one vector a token, scored by MaxSim, ColBERT's "
+    "late interaction); bm25 or bm25:plain (BM25 on the text, English stopwords removed or kept); "
     "hybrid:BM25+SYSTEM (reciprocal-rank fusion, k=60, of two systems given too)."
 )
 
