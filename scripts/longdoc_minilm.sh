@@ -37,8 +37,9 @@
 #   qmsum     LongEmbed's QMSum retrieval (`tisa-hf qmsum`, 197 meetings of 1.5k-37k tokens, 1,527 summaries):
 #             BM25, the three baselines, the adapted replace S=5 model, its bag-of-words control, s5-long and
 #             s5-all-lscale (those that exist), the max: read-out of chunking, of the S=5 model (chosen on
-#             spans) and of s5-long, the late: read-out of chunking and of the S=5 model, and BM25 fused with each dense system; paired to BM25, to each baseline, to
-#             max:chunk:minilm and to s5-all, into docs/results/longdoc/qmsum-minilm: the records themselves,
+#             spans) and of s5-long, the late: read-out of chunking and of the S=5 model, and BM25 fused with
+#             each dense system; paired to BM25, to each baseline, to max:chunk:minilm, late:chunk:minilm and
+#             s5-all, into docs/results/longdoc/qmsum-minilm: the records themselves,
 #             with every system's document embeddings (kept after each meeting) and scores, about 3 MB a system,
 #             so that a run of many hours that a session commits as it goes resumes on any machine;
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find

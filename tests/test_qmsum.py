@@ -236,35 +236,11 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
     assert record["results"][chunked]["throughput"]["vectors_per_document"] == round(float(np.mean(windows)), 1)
 
 
-def test_an_interrupted_max_readout_resumes_with_its_windows(workspace, tmp_path, monkeypatch):
-    chunked = f"max:chunk:{workspace / 'tiny'}"
-    whole = qmsum.run(arguments(workspace, tmp_path / "whole", chunked))
-    read_windows = qmsum.Embedder.read_windows
-    calls = []
-
-    def failing(self, document):
-        calls.append(len(document))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return read_windows(self, document)
-
-    monkeypatch.setattr(qmsum.Embedder, "read_windows", failing)
-    with pytest.raises(KeyboardInterrupt):
-        qmsum.run(arguments(workspace, tmp_path / "out", chunked))
-    state = next((tmp_path / "out" / "embeddings").glob("*.json"))
-    assert json.loads(state.read_text())["documents"] == 2 and len(json.loads(state.read_text())["windows"]) == 2
-    monkeypatch.setattr(qmsum.Embedder, "read_windows", read_windows)
-    resumed = qmsum.run(arguments(workspace, tmp_path / "out", chunked))
-    np.testing.assert_array_equal(
-        np.load(qmsum.scores_path(tmp_path / "out", chunked, "qmsum")),
-        np.load(qmsum.scores_path(tmp_path / "whole", chunked, "qmsum")),
-    )
-    assert resumed["results"][chunked]["ranks"] == whole["results"][chunked]["ranks"]
-
-
-def test_an_interrupted_late_readout_resumes_from_its_files_per_document(workspace, tmp_path, monkeypatch):
-    late = f"late:chunk:{workspace / 'tiny'}"
-    whole = qmsum.run(arguments(workspace, tmp_path / "whole", late))
+@pytest.mark.parametrize("readout", ["max", "late"])
+def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(workspace, tmp_path, monkeypatch, readout):
+    """max: keeps each document's windows in one array (their counts in the state); late: one file a document."""
+    system = f"{readout}:chunk:{workspace / 'tiny'}"
+    whole = qmsum.run(arguments(workspace, tmp_path / "whole", system))
     document_vectors = qmsum.Embedder.document_vectors
     calls = []
 
@@ -276,17 +252,22 @@ def test_an_interrupted_late_readout_resumes_from_its_files_per_document(workspa
 
     monkeypatch.setattr(qmsum.Embedder, "document_vectors", failing)
     with pytest.raises(KeyboardInterrupt):
-        qmsum.run(arguments(workspace, tmp_path / "out", late))
+        qmsum.run(arguments(workspace, tmp_path / "out", system))
     kept = tmp_path / "out" / "embeddings"
-    assert sorted(path.name for path in next(kept.glob("late_*/")).iterdir()) == ["00000.npy", "00001.npy"]
+    if readout == "max":
+        state = next(kept.glob("*.json"))
+        assert json.loads(state.read_text())["documents"] == 2 and len(json.loads(state.read_text())["windows"]) == 2
+    else:
+        assert sorted(path.name for path in next(kept.glob("late_*/")).iterdir()) == ["00000.npy", "00001.npy"]
     monkeypatch.setattr(qmsum.Embedder, "document_vectors", document_vectors)
-    resumed = qmsum.run(arguments(workspace, tmp_path / "out", late))
+    resumed = qmsum.run(arguments(workspace, tmp_path / "out", system))
     np.testing.assert_array_equal(
-        np.load(qmsum.scores_path(tmp_path / "out", late, "qmsum")),
-        np.load(qmsum.scores_path(tmp_path / "whole", late, "qmsum")),
+        np.load(qmsum.scores_path(tmp_path / "out", system, "qmsum")),
+        np.load(qmsum.scores_path(tmp_path / "whole", system, "qmsum")),
     )
-    assert resumed["results"][late]["ranks"] == whole["results"][late]["ranks"]
-    assert not kept.exists()
+    assert resumed["results"][system]["ranks"] == whole["results"][system]["ranks"]
+    if readout == "late":
+        assert not kept.exists()
 
 
 def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):

@@ -368,14 +368,13 @@ def blockwise_biased_sdpa(
 
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
-# `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys
-# are attended in query blocks of `BANDED_BLOCK_ROWS` rows (`BANDED_ACCELERATOR_BLOCK_ROWS` off the CPU), all
-# interior blocks in one fused call, and the rows at either end in calls whose explicit mask holds at most
-# `BANDED_EDGE_MASK_BYTES`. With a padding mask (the
-# correction): query blocks of `BANDED_CORRECTION_ROWS` rows; above `BANDED_DIRECT_BIAS_LIMIT` on max f the
-# correction is computed rescaled (expm1(f) overflows float32 beyond 88); above `BANDED_MAX_CANCELLATION` on
-# 1 / (1 + D) it would cancel that much of the plain attention's mass, and its rounding with it, and the layer is
-# computed blockwise instead.
+# `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys are
+# attended in query blocks of `BANDED_BLOCK_ROWS` rows (`BANDED_ACCELERATOR_BLOCK_ROWS` off the CPU), all interior
+# blocks in one fused call, and the rows at either end in calls whose explicit mask holds at most
+# `BANDED_EDGE_MASK_BYTES`. With a padding mask (the correction): query blocks of `BANDED_CORRECTION_ROWS` rows; above
+# `BANDED_DIRECT_BIAS_LIMIT` on max f the correction is computed rescaled (expm1(f) overflows float32 beyond 88); above
+# `BANDED_MAX_CANCELLATION` on 1 / (1 + D) it would cancel that much of the plain attention's mass, and its rounding
+# with it, and the layer is computed blockwise instead.
 BANDED_ROUTE_ENABLED = True  # False: such calls take the blockwise route (`tisa-hf bench --sections long` compares)
 BANDED_MAX_WIDTH_SHARE = 0.25
 BANDED_BLOCK_ROWS = 32

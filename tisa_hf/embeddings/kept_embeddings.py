@@ -45,18 +45,18 @@ def embed_documents(
         done = {}
     counts = done.get("windows", [1] * done.get("documents", 0))
     if file_per_document:
-        rows = [row for index in range(len(counts)) for row in np.load(folder / name / f"{index:05d}.npy")]
+        parts = [np.load(folder / name / f"{index:05d}.npy") for index in range(len(counts))]
     else:
-        rows = list(np.load(array)[: sum(counts)]) if done else []
+        parts = [np.load(array)[: sum(counts)]] if done else []
     totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
-    if rows:
+    if counts:
         logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
     interactive = sys.stderr.isatty()
     bar = tqdm(total=len(documents), initial=len(counts), desc=name, disable=not interactive)
     for document in documents[len(counts) :]:
         started, cpu_started = time.perf_counter(), time.process_time()
         vectors = read(document)
-        rows.extend(vectors)
+        parts.append(vectors)
         counts.append(len(vectors))
         totals["wall_time_s"] += time.perf_counter() - started
         totals["cpu_time_s"] += time.process_time() - cpu_started
@@ -65,7 +65,7 @@ def embed_documents(
         if file_per_document:
             save_array(folder / name / f"{len(counts) - 1:05d}.npy", vectors)
         else:
-            save_array(array, np.stack(rows))
+            save_array(array, np.concatenate(parts))
         several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
         state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
         bar.update()
@@ -74,7 +74,7 @@ def embed_documents(
             logger.info("%s: %d/%d documents, %.2f a second", name, len(counts), len(documents), rate)
     bar.close()
     earlier = {key: done.get(key, 0) for key in ("documents", "wall_time_s", "cpu_time_s")}
-    return {"embeddings": np.stack(rows), "windows": counts, **totals, "earlier": earlier}
+    return {"embeddings": np.concatenate(parts), "windows": counts, **totals, "earlier": earlier}
 
 
 def discard_kept(folder: Path, name: str) -> None:

@@ -303,7 +303,7 @@ def cell_scores(
         parts = (np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
         return reciprocal_rank_fusion(*parts), {}
     if system.readout == "late":
-        return late_cell_scores(system, embedder, retrieval, evaluation, out, args)
+        return late_cell_scores(system, embedder, retrieval, cell, evaluation, out, args)
     queries = embedder.read(retrieval.query_ids)
     if not keeps_documents(system, retrieval.length, args.batch_tokens):
         return (queries @ embedder.read(retrieval.documents, progress=label).T).numpy(), {}
@@ -318,6 +318,7 @@ def late_cell_scores(
     system: SystemSpec,
     embedder: Embedder,
     retrieval: RetrievalSet,
+    cell: str,
     evaluation: Evaluation,
     out: Path,
     args: argparse.Namespace,
@@ -332,8 +333,8 @@ def late_cell_scores(
         return late_interaction_scores(queries, rows, counts, on), {}
     kept = embed_documents(
         lambda document: embedder.read_tokens(document).numpy(),
-        retrieval.documents, kept_folder(out, system), f"{retrieval.task}-{retrieval.length}",
-        evaluation.record["settings"]["documents_sha256"], file_per_document=True,
+        retrieval.documents, kept_folder(out, system), cell, evaluation.record["settings"]["documents_sha256"],
+        file_per_document=True,
     )  # fmt: skip
     return late_interaction_scores(queries, kept["embeddings"], kept["windows"], on), kept["earlier"]
 
