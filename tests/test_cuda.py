@@ -170,12 +170,13 @@ def test_patching_a_model_on_the_gpu_fits_its_kernels_there():
     torch.testing.assert_close(model.tisa.center, expected.center)
 
 
-def test_late_interaction_scores_on_the_gpu_equal_the_cpu_ones():
-    from tisa_hf.embeddings.ranking import late_interaction_scores
+def test_late_interaction_on_the_gpu_equals_the_cpu_one(monkeypatch):
+    from tisa_hf.embeddings import ranking
 
+    monkeypatch.setattr(ranking, "MAXSIM_BLOCK_PRODUCTS", 4096)  # blocks of 5 query tokens against 700 tokens
     generator = torch.Generator().manual_seed(0)
-    counts = [700, 1, 300]
-    rows = torch.nn.functional.normalize(torch.randn(sum(counts), 32, generator=generator), dim=-1).numpy()
+    documents = [torch.nn.functional.normalize(torch.randn(n, 32, generator=generator), dim=-1) for n in (700, 1, 300)]
     queries = [torch.nn.functional.normalize(torch.randn(n, 32, generator=generator), dim=-1).numpy() for n in (5, 9)]
-    on_cpu = late_interaction_scores(queries, rows, counts)
-    torch.testing.assert_close(late_interaction_scores(queries, rows, counts, CUDA), on_cpu, atol=1e-5, rtol=1e-5)
+    on_cpu, on_gpu = ranking.LateInteraction(queries), ranking.LateInteraction(queries, CUDA)
+    for document in documents:
+        torch.testing.assert_close(on_gpu(document.numpy()), on_cpu(document.numpy()), atol=1e-5, rtol=1e-5)

@@ -195,11 +195,12 @@ def test_a_long_cell_resumes_at_its_next_document(workspace, tmp_path, monkeypat
     assert not (tmp_path / "out" / "embeddings").exists()  # kept only until their cell is recorded
 
 
-def test_the_late_readout_scores_by_maxsim_and_a_long_cell_keeps_its_token_vectors_until_recorded(
+def test_the_late_readout_scores_by_maxsim_and_a_long_cell_keeps_its_scores_until_recorded(
     workspace, tmp_path, monkeypatch
 ):
     """late:chunk: each chunk's token states; late:MODEL (S = 0 reads any length): the whole document's, in a long
-    cell kept one file a document (here: a forward pass a document), so a stopped cell resumes at its next one."""
+    cell (here: a forward pass a document) each document's MaxSim scores kept, so a stopped cell resumes at its
+    next one."""
     tiny = workspace / "tiny"
     chunked, whole = f"late:chunk:{tiny}", f"late:tisa:replace:0:{tiny}"
     options = ("--lengths", "120", "--batch-tokens", "100")
@@ -215,7 +216,9 @@ def test_the_late_readout_scores_by_maxsim_and_a_long_cell_keeps_its_token_vecto
     monkeypatch.setattr(Embedder, "read_tokens", read_until_stopped)
     with pytest.raises(RuntimeError, match="stopped"):
         longembed.run(arguments(workspace, tmp_path / "out", chunked, whole, *options))
-    assert len(list((tmp_path / "out" / "embeddings" / file_name(whole) / "passkey-120").iterdir())) == 2
+    kept = tmp_path / "out" / "embeddings" / file_name(whole)
+    assert np.load(kept / "passkey-120.npy").shape == (2, 4)  # (documents, queries)
+    assert json.loads((kept / "passkey-120.json").read_text())["documents"] == 2
     monkeypatch.setattr(Embedder, "read_tokens", real_read_tokens)
     record = longembed.run(arguments(workspace, tmp_path / "out", chunked, whole, *options))
     assert record["results"][whole]["passkey"]["120"]["resumed_after_documents"] == 2

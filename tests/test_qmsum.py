@@ -236,38 +236,36 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
     assert record["results"][chunked]["throughput"]["vectors_per_document"] == round(float(np.mean(windows)), 1)
 
 
-@pytest.mark.parametrize("readout", ["max", "late"])
-def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(workspace, tmp_path, monkeypatch, readout):
-    """max: keeps each document's windows in one array (their counts in the state); late: one file a document."""
+@pytest.mark.parametrize(
+    ("readout", "owner", "method"),
+    [("max", qmsum.Embedder, "document_vectors"), ("late", qmsum.LateInteraction, "__call__")],
+)
+def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
+    workspace, tmp_path, monkeypatch, readout, owner, method
+):
+    """max: keeps each document's windows (their counts in the state); late: each document's MaxSim scores."""
     system = f"{readout}:chunk:{workspace / 'tiny'}"
     whole = qmsum.run(arguments(workspace, tmp_path / "whole", system))
-    document_vectors = qmsum.Embedder.document_vectors
-    calls = []
+    real, calls = getattr(owner, method), []
 
     def failing(self, document):
         calls.append(len(document))
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return document_vectors(self, document)
+        return real(self, document)
 
-    monkeypatch.setattr(qmsum.Embedder, "document_vectors", failing)
+    monkeypatch.setattr(owner, method, failing)
     with pytest.raises(KeyboardInterrupt):
         qmsum.run(arguments(workspace, tmp_path / "out", system))
-    kept = tmp_path / "out" / "embeddings"
-    if readout == "max":
-        state = next(kept.glob("*.json"))
-        assert json.loads(state.read_text())["documents"] == 2 and len(json.loads(state.read_text())["windows"]) == 2
-    else:
-        assert sorted(path.name for path in next(kept.glob("late_*/")).iterdir()) == ["00000.npy", "00001.npy"]
-    monkeypatch.setattr(qmsum.Embedder, "document_vectors", document_vectors)
+    state = json.loads(next((tmp_path / "out" / "embeddings").glob("*.json")).read_text())
+    assert state["documents"] == 2 and len(state.get("windows", [1, 1])) == 2
+    monkeypatch.setattr(owner, method, real)
     resumed = qmsum.run(arguments(workspace, tmp_path / "out", system))
     np.testing.assert_array_equal(
         np.load(qmsum.scores_path(tmp_path / "out", system, "qmsum")),
         np.load(qmsum.scores_path(tmp_path / "whole", system, "qmsum")),
     )
     assert resumed["results"][system]["ranks"] == whole["results"][system]["ranks"]
-    if readout == "late":
-        assert not kept.exists()
 
 
 def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):
@@ -290,9 +288,9 @@ def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_pa
     )
 
 
-def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_no_token_vectors(workspace, tmp_path):
+def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_each_documents_scores(workspace, tmp_path):
     """late:chunk: each chunk's token states, read apart; late:MODEL read whole: the whole document's; the query's
-    token states likewise ([CLS] and [SEP] left out); then MaxSim. The token vectors are not kept once scored."""
+    token states likewise ([CLS] and [SEP] left out); then MaxSim. A document is kept as its scores, one a query."""
     from embedding_fixtures import tiny_tokenizer
     from transformers import AutoModel
 
@@ -325,10 +323,11 @@ def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_no_token_
         expected = [[maxsim(query, document) for document in document_tokens] for query in query_tokens]
         got = np.load(qmsum.scores_path(tmp_path / "out", system, "qmsum"))
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+        kept = np.load(tmp_path / "out" / "embeddings" / f"{qmsum.file_name(system)}.npy")
+        np.testing.assert_array_equal(kept, got.T)
         assert record["results"][system]["ranks"] == answer_ranks(got, meetings.answers)
         tokens = round(float(np.mean([len(ids) - 2 for ids in documents])), 1)
         assert record["results"][system]["throughput"]["vectors_per_document"] == tokens
-    assert not (tmp_path / "out" / "embeddings").exists()
 
 
 def test_measures_by_meeting_length_equal_direct_means_over_the_groups(workspace, tmp_path, monkeypatch, loaded):

@@ -11,20 +11,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tisa_hf.embeddings.ranking import answer_ranks, late_interaction_scores, per_query, reciprocal_rank_fusion
+from tisa_hf.embeddings import ranking
+from tisa_hf.embeddings.ranking import answer_ranks, per_query, reciprocal_rank_fusion
 from tisa_hf.errors import UsageError
 
 
-def test_late_interaction_scores_equal_maxsim_computed_directly():
+@pytest.mark.parametrize("block", [2, 10**6], ids=["blocks-of-query-tokens", "one-block"])
+def test_late_interaction_equals_maxsim_computed_directly(monkeypatch, block):
+    monkeypatch.setattr(ranking, "MAXSIM_BLOCK_PRODUCTS", block)  # 2: one query token a block against 3 tokens
     generator = np.random.default_rng(0)
-    counts = [3, 1, 4]
-    rows = generator.normal(size=(sum(counts), 5))
-    queries = [generator.normal(size=(tokens, 5)) for tokens in (2, 3)]
-    documents = np.split(rows, np.cumsum(counts)[:-1])
+    documents = [generator.normal(size=(tokens, 5)) for tokens in (3, 1, 4)]
+    queries = [generator.normal(size=(tokens, 5)) for tokens in (2, 3, 1)]
     expected = [[np.mean([max(q @ d for d in document) for q in query]) for document in documents] for query in queries]
-    np.testing.assert_allclose(late_interaction_scores(queries, rows, counts), expected, rtol=1e-12)
-    on_a_device = late_interaction_scores(queries, rows, counts, torch.device("cpu"))  # the path a GPU takes
-    np.testing.assert_allclose(on_a_device, expected, rtol=1e-12)
+    for device in (None, torch.device("cpu")):  # numpy, and the torch path a GPU takes
+        late = ranking.LateInteraction(queries, device)
+        np.testing.assert_allclose(np.stack([late(document) for document in documents], axis=1), expected, rtol=1e-12)
 
 
 pytest.importorskip("bm25s")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -29,25 +28,19 @@ def embed_documents(
     folder: Path,
     name: str,
     fingerprint: str,
-    file_per_document: bool = False,
 ) -> dict[str, Any]:
     """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, or one per window for
     the max: read-out), one document at a time in order, kept in `folder` after each (with the time and tokens
     spent so far, and the rows of each document where there can be several), resuming from what is there when it
     was made of the same tokens (`fingerprint`); returns the rows in order, each document's row count, the
-    totals, and the part of them that earlier runs spent (`earlier`).
-
-    The rows are kept as one array, rewritten after each document, or with `file_per_document` (a late: read-out's
-    one row a token, gigabytes over a corpus) as one array a document in `folder/name/`, each written once."""
+    totals, and the part of them that earlier runs spent (`earlier`). The rows are kept as one array, rewritten
+    after each document."""
     array, state = folder / f"{name}.npy", folder / f"{name}.json"
     done = json.loads(state.read_text()) if state.is_file() else {}
     if done.get("tokens_sha256") != fingerprint:
         done = {}
     counts = done.get("windows", [1] * done.get("documents", 0))
-    if file_per_document:
-        parts = [np.load(folder / name / f"{index:05d}.npy") for index in range(len(counts))]
-    else:
-        parts = [np.load(array)[: sum(counts)]] if done else []
+    parts = [np.load(array)[: sum(counts)]] if done else []
     totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
     if counts:
         logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
@@ -62,10 +55,7 @@ def embed_documents(
         totals["cpu_time_s"] += time.process_time() - cpu_started
         totals["documents"] += 1
         totals["tokens"] += len(document)
-        if file_per_document:
-            save_array(folder / name / f"{len(counts) - 1:05d}.npy", vectors)
-        else:
-            save_array(array, np.concatenate(parts))
+        save_array(array, np.concatenate(parts))
         several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
         state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
         bar.update()
@@ -82,7 +72,6 @@ def discard_kept(folder: Path, name: str) -> None:
     folder above it when that leaves them empty."""
     for path in (folder / f"{name}.npy", folder / f"{name}.json"):
         path.unlink(missing_ok=True)
-    shutil.rmtree(folder / name, ignore_errors=True)
     for empty in (folder, folder.parent):
         if empty.is_dir() and not any(empty.iterdir()):
             empty.rmdir()

@@ -13,8 +13,8 @@ tables, the text) is checked and the documents are built before any model loads.
 rewritten after every finished (system, task, length) cell, whose scores are kept in OUT/scores/; a rerun with
 the same settings and documents skips the finished cells (and may add systems), --overwrite starts over. A cell
 whose documents a model reads one a forward pass (whole reads of at least half --batch-tokens: the long cells)
-keeps their embeddings in OUT/embeddings/ as they are made (a `late:` system's one file a document), so an
-interrupted cell resumes at its next document.
+keeps their embeddings in OUT/embeddings/ as they are made (a `late:` system's MaxSim scores), so an interrupted
+cell resumes at its next document.
 OUT/longembed.md holds the tables and OUT/longembed.png plots Acc@1 against length.
 """
 
@@ -53,7 +53,7 @@ from .lexical import bm25_scores
 from .longembed_data import RetrievalSet, build_task, text_haystack
 from .needles import NAMES
 from .options import longembed_parser
-from .ranking import answer_ranks, late_interaction_scores, reciprocal_rank_fusion
+from .ranking import LateInteraction, answer_ranks, reciprocal_rank_fusion
 from .systems import (
     Embedder,
     HybridSpec,
@@ -323,20 +323,19 @@ def late_cell_scores(
     out: Path,
     args: argparse.Namespace,
 ) -> tuple[np.ndarray, dict[str, float]]:
-    """`cell_scores` for the late: read-out: every text's token vectors (one forward pass a document), scored by
-    MaxSim; a cell whose documents `keeps_documents` keeps them one file a document until it is recorded."""
+    """`cell_scores` for the late: read-out: every text's token vectors (one forward pass a document), a document
+    scored by MaxSim as soon as it is read; a cell whose documents `keeps_documents` keeps each one's scores."""
     queries = [embedder.read_tokens(query).numpy() for query in retrieval.query_ids]
-    on = embedder.model.device if embedder.model.device.type != "cpu" else None
+    late = LateInteraction(queries, embedder.model.device if embedder.model.device.type != "cpu" else None)
+
+    def read(document: list[int]) -> np.ndarray:  # (1, queries)
+        return late(embedder.read_tokens(document).numpy())[None]
+
     if not keeps_documents(system, retrieval.length, args.batch_tokens):
-        documents = [embedder.read_tokens(document).numpy() for document in retrieval.documents]
-        rows, counts = np.concatenate(documents), [len(vectors) for vectors in documents]
-        return late_interaction_scores(queries, rows, counts, on), {}
-    kept = embed_documents(
-        lambda document: embedder.read_tokens(document).numpy(),
-        retrieval.documents, kept_folder(out, system), cell, evaluation.record["settings"]["documents_sha256"],
-        file_per_document=True,
-    )  # fmt: skip
-    return late_interaction_scores(queries, kept["embeddings"], kept["windows"], on), kept["earlier"]
+        return np.concatenate([read(document) for document in retrieval.documents]).T, {}
+    fingerprint = evaluation.record["settings"]["documents_sha256"]
+    kept = embed_documents(read, retrieval.documents, kept_folder(out, system), cell, fingerprint)
+    return kept["embeddings"].T, kept["earlier"]
 
 
 def kept_folder(out: Path, system: RetrievalSystem) -> Path:

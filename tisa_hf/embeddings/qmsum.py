@@ -8,11 +8,11 @@ other system's measures minus REF's with 95% bootstrap intervals over the querie
 
 A model's document embeddings are the cost (hours for a TISA model on 2 CPU cores): each system embeds the
 documents one by one in a fixed order, and OUT/embeddings/ keeps those done after every document, with the time
-and tokens spent, so an interrupted run resumes mid-system (a `late:` system's, one vector a token, only until
-its scores are recorded). OUT/qmsum.json is rewritten after every finished
-system (a rerun with the same settings measures only the systems it lacks; --overwrite starts over), with each
-system's documents and tokens a second; OUT/qmsum.md holds the tables and OUT/qmsum.png plots nDCG@10 beside
-LongEmbed's published numbers. Everything is checked and tokenized before any model loads.
+and tokens spent, so an interrupted run resumes mid-system (a `late:` system keeps each document's MaxSim scores,
+one a query, not its token vectors). OUT/qmsum.json is rewritten after every finished system (a rerun with the
+same settings measures only the systems it lacks; --overwrite starts over), with each system's documents and
+tokens a second; OUT/qmsum.md holds the tables and OUT/qmsum.png plots nDCG@10 beside LongEmbed's published
+numbers. Everything is checked and tokenized before any model loads.
 """
 
 from __future__ import annotations
@@ -37,20 +37,13 @@ from ..common.paired import paired_per_query
 from ..common.result_files import check_out_folder, file_name, resumable_record, save_array, scores_path, write_record
 from ..common.tables import markdown_table, paired_cell
 from ..errors import UsageError
-from .kept_embeddings import EMBEDDINGS_FOLDER, discard_kept, embed_documents
+from .kept_embeddings import EMBEDDINGS_FOLDER, embed_documents
 from .lexical import bm25_scores
 from .longembed import ordered, system_facts
 from .options import qmsum_parser
 from .qmsum_data import Meetings, read_meetings
 from .query_groups import by_group, group_tables
-from .ranking import (
-    MEASURE_LABELS,
-    MEASURES,
-    answer_ranks,
-    late_interaction_scores,
-    per_query,
-    reciprocal_rank_fusion,
-)
+from .ranking import MEASURE_LABELS, MEASURES, LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion
 from .systems import (
     Embedder,
     HybridSpec,
@@ -207,14 +200,18 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
     embedder = Embedder(system, max(map(len, task.documents)), device, args.batch_tokens)
     if system.readout == "late":
         query_tokens = [embedder.read_tokens(query).numpy() for query in task.query_ids]
+        late = LateInteraction(query_tokens, device if device.type != "cpu" else None)
+
+        def read(document: list[int]) -> np.ndarray:  # a document is kept as its scores, one a query
+            return late(embedder.read_tokens(document).numpy())[None]
     else:
         queries = embedder.read(task.query_ids).numpy()
+
+        def read(document: list[int]) -> np.ndarray:
+            return embedder.document_vectors(document).numpy()
+
     fingerprint = task.record["settings"]["tokens_sha256"]
-    documents = embed_documents(
-        lambda document: embedder.document_vectors(document).numpy(),
-        task.documents, out / EMBEDDINGS_FOLDER, file_name(system.spec), fingerprint,
-        file_per_document=system.readout == "late",
-    )  # fmt: skip
+    documents = embed_documents(read, task.documents, out / EMBEDDINGS_FOLDER, file_name(system.spec), fingerprint)
     throughput = {
         "documents": documents["documents"],
         "document_tokens": documents["tokens"],
@@ -224,11 +221,9 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         "tokens_per_s": round(documents["tokens"] / documents["wall_time_s"], 1),
     }
     if system.readout == "late":
-        on = device if device.type != "cpu" else None
-        scores = late_interaction_scores(query_tokens, documents["embeddings"], documents["windows"], on)
-        throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)
-        # One vector a token (a 1.5 KB float32 row each): kept for a resume, not beyond the system's record.
-        discard_kept(out / EMBEDDINGS_FOLDER, file_name(system.spec))
+        scores = documents["embeddings"].T
+        vectors = [sum(len(piece) - 2 for piece in embedder.token_pieces(document)) for document in task.documents]
+        throughput["vectors_per_document"] = round(float(np.mean(vectors)), 1)
     elif system.readout == "max":
         scores = best_window_scores(queries, documents["embeddings"], documents["windows"])
         throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)

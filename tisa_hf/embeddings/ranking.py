@@ -19,6 +19,7 @@ from scipy import stats
 
 CUTOFF = 10
 RRF_K = 60
+MAXSIM_BLOCK_PRODUCTS = 2**25  # query-token x document-token products a block: 128 MB of float32
 
 
 def answer_ranks(scores: np.ndarray, answers: Sequence[int]) -> list[int]:
@@ -57,24 +58,31 @@ def reciprocal_rank_fusion(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:
     return fused
 
 
-def late_interaction_scores(
-    queries: list[np.ndarray], rows: np.ndarray, counts: list[int], device: torch.device | None = None
-) -> np.ndarray:
-    """(queries, documents): late interaction (ColBERT's MaxSim), the mean over a query's token vectors of each
-    one's best cosine similarity to the token vectors of a document (`counts[d]` consecutive rows of `rows`).
-    Written here: PyLate, the library of late interaction, pins sentence-transformers 5.3 and transformers <= 5.3.
+class LateInteraction:
+    """Late interaction (ColBERT's MaxSim) of fixed queries, each given as its token vectors, against one document
+    at a time: a document scores, for each query, the mean over the query's tokens of each one's best cosine
+    similarity to one of the document's token vectors. Written here: PyLate, the library of late interaction, pins
+    sentence-transformers 5.3 and transformers <= 5.3.
 
-    With a `device` the products and maxima run there in torch: on a GPU QMSum's MaxSim (about 10^14
-    multiply-adds) takes seconds, against hours on 2 CPU cores."""
-    if device is None:
-        starts = np.cumsum([0, *counts[:-1]])
-        return np.stack([np.maximum.reduceat(query @ rows.T, starts, axis=1).mean(0) for query in queries])
-    table = torch.from_numpy(rows).to(device)
-    owner = torch.repeat_interleave(torch.arange(len(counts), device=device), torch.tensor(counts, device=device))
-    scores = []
-    for query in queries:
-        similarity = torch.from_numpy(query).to(device) @ table.T
-        best = similarity.new_full((len(query), len(counts)), -math.inf)
-        best.scatter_reduce_(1, owner.expand_as(similarity), similarity, reduce="amax")
-        scores.append(best.mean(0))
-    return torch.stack(scores).cpu().numpy()
+    One document at a time, so that a run keeps a document's scores (one number a query) rather than its token
+    vectors (gigabytes over a corpus) and resumes anywhere: the products run as blocks of query tokens against the
+    whole document, large matrix products (about 10^14 multiply-adds for QMSum: half an hour on 2 CPU cores,
+    seconds on a GPU). With a `device` they run there in torch, else in numpy (faster than torch on the CPU)."""
+
+    def __init__(self, queries: Sequence[np.ndarray], device: torch.device | None = None) -> None:
+        rows = np.concatenate(queries)
+        self.device = device
+        self.rows = torch.from_numpy(rows).to(device) if device is not None else rows
+        self.starts = np.cumsum([0, *map(len, queries[:-1])])
+        self.counts = np.array([len(query) for query in queries])
+
+    def __call__(self, document: np.ndarray) -> np.ndarray:
+        """(queries,): each query's MaxSim score against the document's (tokens, dim) vectors."""
+        step = max(1, MAXSIM_BLOCK_PRODUCTS // len(document))
+        blocks = range(0, len(self.rows), step)
+        if self.device is None:
+            best = np.concatenate([(self.rows[start : start + step] @ document.T).max(1) for start in blocks])
+        else:
+            on = torch.from_numpy(document).to(self.device).T
+            best = torch.cat([(self.rows[start : start + step] @ on).amax(1) for start in blocks]).cpu().numpy()
+        return np.add.reduceat(best, self.starts) / self.counts

@@ -248,29 +248,30 @@ class Embedder:
         return self.embed(sequences, progress)
 
     def document_vectors(self, document: list[int]) -> torch.Tensor:
-        """The document as this system keeps it: one row, one per window (`max:`) or one per token (`late:`)."""
+        """The document as this system embeds it: one row, or one per window (`max:`); `late:` documents are read
+        by `read_tokens`."""
         if self.spec.readout == "max":
             return self.read_windows(document)
-        if self.spec.readout == "late":
-            return self.read_tokens(document)
         return self.read([document])
+
+    def token_pieces(self, sequence: list[int]) -> list[list[int]]:
+        """The sequences `read_tokens` reads of a document or query: the first T tokens for `trunc:` (the final
+        [SEP] kept), each chunk of T tokens for `chunk:`, else the whole (T: the position table)."""
+        table = self.spec.table_length
+        if self.spec.reading == "trunc" and len(sequence) > table:
+            return [sequence[: table - 1] + sequence[-1:]]
+        if self.spec.reading == "chunk" and len(sequence) > table:
+            return chunks_of(sequence, table)
+        return [sequence]
 
     @torch.no_grad()
     def read_tokens(self, sequence: list[int]) -> torch.Tensor:
-        """(tokens, dim) normalised token states of a document or query as this system reads it, [CLS] and [SEP]
-        left out: of the whole sequence (stretched for `interp:`), of each chunk of T tokens for `chunk:`, of the
-        first T for `trunc:` (T: the position table)."""
-        table = self.spec.table_length
-        if self.spec.reading == "trunc" and len(sequence) > table:
-            pieces = [sequence[: table - 1] + sequence[-1:]]
-        elif self.spec.reading == "chunk" and len(sequence) > table:
-            pieces = chunks_of(sequence, table)
-        else:
-            self._stretch(len(sequence))
-            pieces = [sequence]
+        """(tokens, dim) normalised token states of a document or query as this system reads it (`token_pieces`,
+        the whole stretched for `interp:`), each piece's [CLS] and [SEP] left out."""
+        self._stretch(len(sequence))  # interp: reads the whole sequence
         states = [
             self.model({"input_ids": torch.tensor([piece], device=self.model.device)})["token_embeddings"][0, 1:-1]
-            for piece in pieces
+            for piece in self.token_pieces(sequence)
         ]
         return F.normalize(torch.cat(states).float(), dim=-1).cpu()
 
