@@ -250,7 +250,7 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." "LATE..." VARIANT.
 # and of the adapted s5-all, and s5-all read with the length-aware logit scale; and s5-long, the remedy named in
 # advance for the whole-meeting context penalty that max:s5-all showed there, read whole and with the max: read-out
 # (which tells whether its windows read better than s5-all's). A late: system's scoring (MaxSim of 1,527 summaries
-# against 2.6 million token vectors) takes seconds on a GPU and about 1.5 hours on 2 CPU cores.
+# against 2.6 million token vectors) takes seconds on a GPU and about half an hour on 2 CPU cores.
 stage_qmsum() {
     corpus_retrieval qmsum "$QMSUM_RECORDS" "chunk:minilm s5-all s5-long" "chunk:minilm s5-all" s5-long s5-all-lscale
 }

@@ -29,8 +29,9 @@ def embed_documents(
     name: str,
     fingerprint: str,
 ) -> dict[str, Any]:
-    """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, or one per window for
-    the max: read-out), one document at a time in order, kept in `folder` after each (with the time and tokens
+    """The documents' embeddings (`read` gives a document's (vectors, dim) array: one row, one per window for the
+    max: read-out, or for the late: read-out one row of the document's scores against the run's queries, which
+    `fingerprint` covers), one document at a time in order, kept in `folder` after each (with the time and tokens
     spent so far, and the rows of each document where there can be several), resuming from what is there when it
     was made of the same tokens (`fingerprint`); returns the rows in order, each document's row count, the
     totals, and the part of them that earlier runs spent (`earlier`). The rows are kept as one array, rewritten
