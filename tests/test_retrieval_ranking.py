@@ -28,6 +28,16 @@ def test_late_interaction_equals_maxsim_computed_directly(monkeypatch, block):
         np.testing.assert_allclose(np.stack([late(document) for document in documents], axis=1), expected, rtol=1e-12)
 
 
+def test_late_interaction_refuses_a_text_without_token_vectors():
+    vectors = np.ones((2, 3))
+    with pytest.raises(ValueError) as error:
+        ranking.LateInteraction([vectors, vectors[:0]])
+    assert str(error.value) == "late interaction: a query has no token vectors (an empty text); give it some words."
+    with pytest.raises(ValueError) as error:
+        ranking.LateInteraction([vectors])(vectors[:0])
+    assert str(error.value) == "late interaction: a document has no token vectors (an empty text); give it some words."
+
+
 pytest.importorskip("bm25s")
 from bm25s.stopwords import STOPWORDS_EN  # noqa: E402
 

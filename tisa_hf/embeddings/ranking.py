@@ -70,14 +70,18 @@ class LateInteraction:
     seconds on a GPU). With a `device` they run there in torch, else in numpy (faster than torch on the CPU)."""
 
     def __init__(self, queries: Sequence[np.ndarray], device: torch.device | None = None) -> None:
+        if min(map(len, queries)) == 0:
+            raise ValueError("late interaction: a query has no token vectors (an empty text); give it some words.")
         rows = np.concatenate(queries)
         self.device = device
-        self.rows = torch.from_numpy(rows).to(device) if device is not None else rows
+        self.rows: np.ndarray | torch.Tensor = torch.from_numpy(rows).to(device) if device is not None else rows
         self.starts = np.cumsum([0, *map(len, queries[:-1])])
         self.counts = np.array([len(query) for query in queries])
 
     def __call__(self, document: np.ndarray) -> np.ndarray:
         """(queries,): each query's MaxSim score against the document's (tokens, dim) vectors."""
+        if len(document) == 0:
+            raise ValueError("late interaction: a document has no token vectors (an empty text); give it some words.")
         step = max(1, MAXSIM_BLOCK_PRODUCTS // len(document))
         blocks = range(0, len(self.rows), step)
         if self.device is None:
