@@ -23,7 +23,7 @@ from tisa_hf.embeddings import qmsum  # noqa: E402
 from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
 from tisa_hf.embeddings.options import qmsum_parser  # noqa: E402
 from tisa_hf.embeddings.qmsum_data import read_meetings  # noqa: E402
-from tisa_hf.embeddings.ranking import answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
+from tisa_hf.embeddings.ranking import LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
 
 SHARED_QMSUM = Path(__file__).resolve().parents[2] / "shared" / "longdoc" / "qmsum"
 REPEATED = "the group agreed on the sky and the sun"  # one summary of two meetings
@@ -238,7 +238,7 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
 
 @pytest.mark.parametrize(
     ("readout", "owner", "method"),
-    [("max", qmsum.Embedder, "document_vectors"), ("late", qmsum.LateInteraction, "__call__")],
+    [("max", qmsum.Embedder, "document_vectors"), ("late", LateInteraction, "__call__")],
 )
 def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
     workspace, tmp_path, monkeypatch, readout, owner, method

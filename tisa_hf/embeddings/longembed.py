@@ -53,7 +53,7 @@ from .lexical import bm25_scores
 from .longembed_data import RetrievalSet, build_task, text_haystack
 from .needles import NAMES
 from .options import longembed_parser
-from .ranking import LateInteraction, answer_ranks, reciprocal_rank_fusion
+from .ranking import answer_ranks, reciprocal_rank_fusion
 from .systems import (
     Embedder,
     HybridSpec,
@@ -325,12 +325,7 @@ def late_cell_scores(
 ) -> tuple[np.ndarray, dict[str, float]]:
     """`cell_scores` for the late: read-out: every text's token vectors (one forward pass a document), a document
     scored by MaxSim as soon as it is read; a cell whose documents `keeps_documents` keeps each one's scores."""
-    queries = [embedder.read_tokens(query).numpy() for query in retrieval.query_ids]
-    late = LateInteraction(queries, embedder.model.device if embedder.model.device.type != "cpu" else None)
-
-    def read(document: list[int]) -> np.ndarray:  # (1, queries)
-        return late(embedder.read_tokens(document).numpy())[None]
-
+    read = embedder.late_scorer(retrieval.query_ids)
     if not keeps_documents(system, retrieval.length, args.batch_tokens):
         return np.concatenate([read(document) for document in retrieval.documents]).T, {}
     fingerprint = evaluation.record["settings"]["documents_sha256"]

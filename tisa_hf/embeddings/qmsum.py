@@ -43,7 +43,7 @@ from .longembed import ordered, system_facts
 from .options import qmsum_parser
 from .qmsum_data import Meetings, read_meetings
 from .query_groups import by_group, group_tables
-from .ranking import MEASURE_LABELS, MEASURES, LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion
+from .ranking import MEASURE_LABELS, MEASURES, answer_ranks, per_query, reciprocal_rank_fusion
 from .systems import (
     Embedder,
     HybridSpec,
@@ -199,11 +199,7 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     embedder = Embedder(system, max(map(len, task.documents)), device, args.batch_tokens)
     if system.readout == "late":
-        query_tokens = [embedder.read_tokens(query).numpy() for query in task.query_ids]
-        late = LateInteraction(query_tokens, device if device.type != "cpu" else None)
-
-        def read(document: list[int]) -> np.ndarray:  # a document is kept as its scores, one a query
-            return late(embedder.read_tokens(document).numpy())[None]
+        read = embedder.late_scorer(task.query_ids)  # a document is kept as its scores, one a query
     else:
         queries = embedder.read(task.query_ids).numpy()
 

@@ -30,9 +30,10 @@ Two systems embed nothing (the retrieval commands take them; `lexical.py`, `rank
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -46,6 +47,7 @@ from ..common.spellings import TISA_PREFIX, parse_spelling
 from ..config import TisaConfig
 from ..errors import UsageError
 from .lexical import BM25_NAME, bm25_tokenizer
+from .ranking import LateInteraction
 
 HYBRID_PREFIX = "hybrid:"
 
@@ -253,6 +255,15 @@ class Embedder:
         if self.spec.readout == "max":
             return self.read_windows(document)
         return self.read([document])
+
+    def late_scorer(self, queries: list[list[int]]) -> Callable[[list[int]], np.ndarray]:
+        """A function reading a document's token states and scoring them by MaxSim against the queries' (`late:`):
+        a (1, queries) row, what a run keeps of the document; the products run on the model's device."""
+        device = self.model.device
+        late = LateInteraction(
+            [self.read_tokens(query).numpy() for query in queries], None if device.type == "cpu" else device
+        )
+        return lambda document: late(self.read_tokens(document).numpy())[None]
 
     def token_pieces(self, sequence: list[int]) -> list[list[int]]:
         """The sequences `read_tokens` reads of a document or query: the first T tokens for `trunc:` (the final
