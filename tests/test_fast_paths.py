@@ -370,6 +370,6 @@ def test_tables_are_per_forward_only(monkeypatch):
     assert counter.calls == 2 and model.tisa._forward_tables is None
     model.tisa.offset_values(0, 12, torch.float32)
     assert counter.calls == 3
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     training_step(model, 12)
     assert counter.calls == 3 + 2 * 2  # each layer's own, and again in its recompute
