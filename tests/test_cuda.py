@@ -180,3 +180,4 @@ def test_late_interaction_on_the_gpu_equals_the_cpu_one(monkeypatch):
     on_cpu, on_gpu = ranking.LateInteraction(queries), ranking.LateInteraction(queries, CUDA)
     for document in documents:
         torch.testing.assert_close(on_gpu(document.numpy()), on_cpu(document.numpy()), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(on_gpu(document.to(CUDA)), on_cpu(document.numpy()), atol=1e-5, rtol=1e-5)

@@ -28,6 +28,16 @@ def test_late_interaction_equals_maxsim_computed_directly(monkeypatch, block):
         np.testing.assert_allclose(np.stack([late(document) for document in documents], axis=1), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("device", [None, torch.device("cpu")], ids=["numpy", "torch"])
+def test_late_interaction_takes_tensors_as_it_takes_arrays(device):
+    generator = torch.Generator().manual_seed(0)
+    queries = [torch.randn(tokens, 5, generator=generator) for tokens in (2, 3)]
+    document = torch.randn(4, 5, generator=generator)
+    from_tensors = ranking.LateInteraction(queries, device)(document)
+    from_arrays = ranking.LateInteraction([query.numpy() for query in queries], device)(document.numpy())
+    np.testing.assert_array_equal(from_tensors, from_arrays)
+
+
 def test_late_interaction_refuses_a_text_without_token_vectors():
     vectors = np.ones((2, 3))
     with pytest.raises(ValueError) as error:

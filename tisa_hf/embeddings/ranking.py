@@ -67,26 +67,31 @@ class LateInteraction:
     One document at a time, so that a run keeps a document's scores (one number a query) rather than its token
     vectors (gigabytes over a corpus) and resumes anywhere: the products run as blocks of query tokens against the
     whole document, large matrix products (about 10^14 multiply-adds for QMSum: half an hour on 2 CPU cores,
-    seconds on a GPU). With a `device` they run there in torch, else in numpy (faster than torch on the CPU)."""
+    seconds on a GPU). With a `device` they run there in torch (vectors already there are not copied), else in
+    numpy (faster than torch on the CPU); vectors come as arrays or tensors."""
 
-    def __init__(self, queries: Sequence[np.ndarray], device: torch.device | None = None) -> None:
+    def __init__(self, queries: Sequence[np.ndarray | torch.Tensor], device: torch.device | None = None) -> None:
         if min(map(len, queries)) == 0:
             raise ValueError("late interaction: a query has no token vectors (an empty text); give it some words.")
-        rows = np.concatenate(queries)
         self.device = device
-        self.rows: np.ndarray | torch.Tensor = torch.from_numpy(rows).to(device) if device is not None else rows
+        self.rows: np.ndarray | torch.Tensor = (
+            np.concatenate([np.asarray(query) for query in queries])
+            if device is None
+            else torch.cat([torch.as_tensor(query, device=device) for query in queries])
+        )
         self.starts = np.cumsum([0, *map(len, queries[:-1])])
         self.counts = np.array([len(query) for query in queries])
 
-    def __call__(self, document: np.ndarray) -> np.ndarray:
+    def __call__(self, document: np.ndarray | torch.Tensor) -> np.ndarray:
         """(queries,): each query's MaxSim score against the document's (tokens, dim) vectors."""
         if len(document) == 0:
             raise ValueError("late interaction: a document has no token vectors (an empty text); give it some words.")
         step = max(1, MAXSIM_BLOCK_PRODUCTS // len(document))
         blocks = range(0, len(self.rows), step)
         if self.device is None:
-            best = np.concatenate([(self.rows[start : start + step] @ document.T).max(1) for start in blocks])
+            columns = np.asarray(document).T
+            best = np.concatenate([(self.rows[start : start + step] @ columns).max(1) for start in blocks])
         else:
-            on = torch.from_numpy(document).to(self.device).T
+            on = torch.as_tensor(document, device=self.device).T
             best = torch.cat([(self.rows[start : start + step] @ on).amax(1) for start in blocks]).cpu().numpy()
         return np.add.reduceat(best, self.starts) / self.counts

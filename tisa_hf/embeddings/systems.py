@@ -258,12 +258,11 @@ class Embedder:
 
     def late_scorer(self, queries: list[list[int]]) -> Callable[[list[int]], np.ndarray]:
         """A function reading a document's token states and scoring them by MaxSim against the queries' (`late:`):
-        a (1, queries) row, what a run keeps of the document; the products run on the model's device."""
+        a (1, queries) row, what a run keeps of the document; the products run on the model's device, where the
+        token states already are."""
         device = self.model.device
-        late = LateInteraction(
-            [self.read_tokens(query).numpy() for query in queries], None if device.type == "cpu" else device
-        )
-        return lambda document: late(self.read_tokens(document).numpy())[None]
+        late = LateInteraction([self.read_tokens(query) for query in queries], None if device.type == "cpu" else device)
+        return lambda document: late(self.read_tokens(document))[None]
 
     def token_pieces(self, sequence: list[int]) -> list[list[int]]:
         """The sequences `read_tokens` reads of a document or query: the first T tokens for `trunc:` (the final
@@ -278,13 +277,13 @@ class Embedder:
     @torch.no_grad()
     def read_tokens(self, sequence: list[int]) -> torch.Tensor:
         """(tokens, dim) normalised token states of a document or query as this system reads it (`token_pieces`,
-        the whole stretched for `interp:`), each piece's [CLS] and [SEP] left out."""
+        the whole stretched for `interp:`), each piece's [CLS] and [SEP] left out; on the model's device."""
         self._stretch(len(sequence))  # interp: reads the whole sequence
         states = [
             self.model({"input_ids": torch.tensor([piece], device=self.model.device)})["token_embeddings"][0, 1:-1]
             for piece in self.token_pieces(sequence)
         ]
-        return F.normalize(torch.cat(states).float(), dim=-1).cpu()
+        return F.normalize(torch.cat(states).float(), dim=-1)
 
     @torch.no_grad()
     def read_windows(self, document: list[int]) -> torch.Tensor:
