@@ -180,11 +180,9 @@ def tisa_sdpa_attention_forward(
         )
     length, dtype = query.shape[2], bias_dtype(query)
     if route is SdpaRoute.BANDED:
-        values, band = kernels.offset_values(layer, length, dtype), kernels.nonzero_band(layer, length, dtype)
-        output = banded_biased_sdpa(query, key, value, attention_mask, values, scaling, band)
-        if output is not None:
-            return output.transpose(1, 2).contiguous(), None
-        route = SdpaRoute.BLOCKWISE  # the correction would cancel too much of the plain attention: see its docstring
+        values = kernels.offset_values(layer, length, dtype)
+        output = torch.ops.tisa_hf.banded_sdpa(query, key, value, attention_mask, values, scaling)
+        return output.transpose(1, 2).contiguous(), None
     if route is SdpaRoute.BLOCKWISE:
         bias = ToeplitzBias(kernels.offset_values(layer, length, dtype), length)
         output = blockwise_biased_sdpa(query, key, value, attention_mask, bias, dropout, scaling)
@@ -457,6 +455,40 @@ def banded_biased_sdpa(
             return fused_attention(query, key, value, scale=scale)[0]
         return split_banded_sdpa(query, key, value, values, band, scale)
     return corrected_banded_sdpa(query, key, value, mask, values, band, scale)
+
+
+@torch.library.custom_op("tisa_hf::banded_sdpa", mutates_args=())
+def banded_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    values: torch.Tensor,
+    scale: float | None,
+) -> torch.Tensor:
+    """The banded route as one operator, (B, H, n, d): `banded_biased_sdpa` where the layer's band allows
+    (`band_fits`), else blockwise (as where the padded-batch correction would lose precision).
+
+    An operator, so that `torch.compile` keeps the route whole: it reads the band from the kernels' values at run
+    time, which a compiled graph cannot branch on, and inside a compiled model it runs exactly as it does eagerly.
+    Inference only (the route is taken without gradients), so it has no backward."""
+    band = nonzero_band(values)
+    if band_fits(band, query.shape[2]):
+        output = banded_biased_sdpa(query, key, value, mask, values, scale, band)
+        if output is not None:
+            return output.contiguous()
+    return blockwise_biased_sdpa(query, key, value, mask, ToeplitzBias(values, query.shape[2]), 0.0, scale)
+
+
+@banded_sdpa.register_fake
+def _(query, key, value, mask, values, scale):
+    return query.new_empty(*query.shape[:-1], value.shape[-1])
+
+
+def band_fits(band: tuple[int, int] | None, length: int) -> bool:
+    """Whether a layer whose f is nonzero only at offsets `band` (None: nowhere) takes the banded route: the band,
+    widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length."""
+    return band is None or max(band[1], 0) - min(band[0], 0) + 1 <= BANDED_MAX_WIDTH_SHARE * length
 
 
 def split_banded_sdpa(
@@ -771,7 +803,8 @@ def takes_banded_path(
     kernels that return the log-sum-exp), self-attention without dropout, grouped heads, gradients or an unsupported
     argument, without a far-field term (which is never 0), and with the layer's f(k) exactly 0 outside a band of
     offsets that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length (read from the layer's
-    own offset values at this length, `TisaPositionBias.nonzero_band`)."""
+    own offset values at this length, `TisaPositionBias.nonzero_band`; inside a compiled graph `banded_sdpa` reads
+    it when the call runs)."""
     length = query.shape[2]
     if not (
         BANDED_ROUTE_ENABLED
@@ -786,8 +819,9 @@ def takes_banded_path(
         and not any(kwargs.get(name) is not None for name in _UNSUPPORTED_FUSED_KWARGS)
     ):
         return False
-    band = kernels.nonzero_band(layer, length, dtype)
-    return band is None or max(band[1], 0) - min(band[0], 0) + 1 <= BANDED_MAX_WIDTH_SHARE * length
+    if torch.compiler.is_compiling():
+        return True  # the band is read when the call runs (`banded_sdpa`)
+    return band_fits(kernels.nonzero_band(layer, length, dtype), length)
 
 
 def takes_fused_bias_path(

@@ -43,9 +43,13 @@ def nonzero_band(values: torch.Tensor) -> tuple[int, int] | None:
 def toeplitz_from_offsets(values: torch.Tensor, length: int) -> torch.Tensor:
     """Builds F[..., i, j] = values[..., j - i + length - 1] from the 2n-1 values f(-(n-1)) .. f(n-1).
 
-    One strided view and one copy: row r of `unfold` holds values[r : r + n], i.e. offsets r - n + 1 .. r, and
-    flipping the rows puts offset j - i at (i, j).
+    Eagerly, one strided view and one copy: row r of `unfold` holds values[r : r + n], i.e. offsets r - n + 1 .. r,
+    and flipping the rows puts offset j - i at (i, j). Inside a compiled graph, an index: `unfold` and its backward
+    fix the length there (one graph per length under `dynamic=True`), an index keeps it symbolic.
     """
+    if torch.compiler.is_compiling():
+        positions = torch.arange(length, device=values.device)
+        return values[..., positions[None, :] - positions[:, None] + (length - 1)]
     return values.unfold(-1, length, 1).flip(-2)
 
 
@@ -53,7 +57,8 @@ class TisaPositionBias(nn.Module):
     """Kernel parameters a (`amplitude`), b (`sharpness`) and c (`center`), each (layers, heads, kernels), and,
     with `far_field="log"`, the far-field slopes r (`far_field_slope`, (layers, heads), starting at 0).
 
-    Whenever no gradient is needed (`torch.no_grad`, inference mode) each layer's bias is cached for the last
+    Whenever no gradient is needed (`torch.no_grad`, inference mode) and the call is not being compiled
+    (`torch.compile`), each layer's bias is cached for the last
     length, dtype and device it was built for, and rebuilt once the parameters change (an optimizer step,
     `load_state_dict`, `.to`), as long as all layers' biases together fit in `cache_limit_bytes`; longer
     inputs build the bias on every call instead.
@@ -119,9 +124,10 @@ class TisaPositionBias(nn.Module):
         return self.num_layers * self.num_heads * length * length * dtype.itemsize <= self.cache_limit_bytes
 
     def offset_values(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`; inside a forward, a view of the
-        tables all layers share."""
-        if self._forward_tables is None:
+        """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`; inside an eager forward, a view of
+        the tables all layers share (a compiled graph evaluates each layer's row itself: the compiler fuses it, and
+        the shared tables are keyed on grad modes it cannot trace)."""
+        if self._forward_tables is None or torch.compiler.is_compiling():
             return self._evaluate(length, dtype, layer)
         key = (length, dtype, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         tables = self._forward_tables.get(key)
@@ -161,8 +167,9 @@ class TisaPositionBias(nn.Module):
         return self.scoring_function(offsets, layer).to(dtype)
 
     def forward(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """The (1, heads, length, length) bias of one layer, in `dtype`."""
-        if self.needs_grad() or not self.fits_cache(length, dtype):
+        """The (1, heads, length, length) bias of one layer, in `dtype`. Built afresh inside a compiled graph, where
+        it is a few fused operations and the cache's key (parameter versions, grad modes) cannot be traced."""
+        if self.needs_grad() or not self.fits_cache(length, dtype) or torch.compiler.is_compiling():
             return self._build(layer, length, dtype)
         key = (
             length,

@@ -93,15 +93,20 @@ class OffsetTablesPerForward:
 
     Not under activation checkpointing: a layer's recompute runs after the encoder's forward, and a table made
     inside the first layer's checkpointed forward would be missing from its recompute, so each layer then
-    evaluates its own kernels, as outside any forward."""
+    evaluates its own kernels, as outside any forward. Nor inside a compiled graph, where each layer evaluates its
+    own row (`TisaPositionBias.offset_values`)."""
 
     def begin(self, base: PreTrainedModel, args: tuple) -> None:
+        if torch.compiler.is_compiling():
+            return
         kernels = tisa_bias_module(base)
         checkpointing = base.training and torch.is_grad_enabled() and base.is_activation_checkpointing
         if kernels is not None and not checkpointing:
             kernels.begin_forward()
 
     def end(self, base: PreTrainedModel, args: tuple, output) -> None:
+        if torch.compiler.is_compiling():
+            return
         kernels = tisa_bias_module(base)
         if kernels is not None:
             kernels.end_forward()
