@@ -1,5 +1,5 @@
 """Options and input files a user can get wrong are one line naming the problem, before any model loads or any
-timing starts (`tisa-hf adapt`, `analyze`, `compare`, `bench`)."""
+timing starts (`tisa-hf adapt`, `analyze`, `compare`, `bench`, `demo`)."""
 
 import subprocess
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.fixtures import write_tiny_model, write_wikitext
-from tisa_hf import cli
+from tisa_hf import cli, demo
 from tisa_hf.adapt import adapt_task
 from tisa_hf.analysis import commands
 from tisa_hf.errors import UsageError
@@ -119,3 +119,22 @@ def test_a_memory_worker_that_failed_otherwise_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: failed)
     with pytest.raises(RuntimeError, match=r"^Memory measurement of replace sdpa 1x8192 float32 failed:\nTraceback"):
         bench.peak_memory_of(case)
+
+
+def test_demo_overwrite_starts_over_in_a_finished_demos_folder(tmp_path, monkeypatch, capsys):
+    """A finished demo is refused (in test_minilm, after a real one); --overwrite removes its summary, so that an
+    interrupted new demo does not look finished, and goes on to load the model."""
+    (tmp_path / demo.SUMMARY_FILE).write_text("{}")
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 2
+    assert "choose another --out or pass --overwrite." in capsys.readouterr().err
+
+    class Loading(Exception):
+        pass
+
+    def loading(*args, **kwargs):
+        raise Loading
+
+    monkeypatch.setattr(demo, "load_under_head", loading)
+    with pytest.raises(Loading):
+        cli.main(["demo", "--out", str(tmp_path), "--overwrite"])
+    assert not (tmp_path / demo.SUMMARY_FILE).exists()
