@@ -5,11 +5,13 @@ import subprocess
 
 import pytest
 import torch
+from transformers import AutoModel
 
 from tests.fixtures import write_tiny_model, write_wikitext
 from tisa_hf import cli, demo
 from tisa_hf.adapt import adapt_task
 from tisa_hf.analysis import commands
+from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError
 from tisa_hf.performance import bench
 
@@ -94,6 +96,24 @@ def test_bench_checks_its_device_output_and_counts_before_timing(workspace, caps
         with pytest.raises(SystemExit):
             bench.parse_args([option, value, "--output", str(workspace / "bench.json")])
         assert f"argument {option}: {message}" in capsys.readouterr().err
+
+
+def test_bench_long_refuses_a_model_with_a_position_table_before_loading_it(workspace, tmp_path, monkeypatch):
+    """The long section times --long-model as TISA past 512 tokens: a plain or `add` model is refused from its
+    config, before any model loads (a plain MiniLM once ended in a tensor-size traceback after minutes)."""
+    monkeypatch.setattr(bench, "build_model", lambda *args: pytest.fail("a model was built"))
+    argv = ["--sections", "long", "--long-lengths", "1024", "--output", str(workspace / "bench.json")]
+    with pytest.raises(UsageError) as raised:
+        bench.parse_args([*argv, "--long-model", "minilm"])
+    assert str(raised.value) == (
+        "--long-model minilm has a position table of 512 positions (no TISA); the long section needs a saved TISA "
+        "replace model (such as tisa-hf adapt writes), or leave --long-model out for the packaged MiniLM with "
+        "replace kernels fitted at load."
+    )
+    replace = tmp_path / "replace"
+    tisa = TisaConfig(num_kernels=2, mode="replace", init="random")
+    AutoModel.from_pretrained(workspace / "bert", tisa=tisa).save_pretrained(replace)
+    assert bench.parse_args([*argv, "--long-model", str(replace)]).long_model == str(replace)
 
 
 @pytest.mark.parametrize(
