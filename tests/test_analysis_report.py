@@ -80,3 +80,11 @@ def test_scoring_functions_are_compared_over_the_fit_profile_not_max_len(results
     assert result.metrics["scoring_functions"]["profile_length"] == result.scoring.profile_length == 200
     html = write_html(result, save_figures(result, tmp_path), tmp_path).read_text(encoding="utf-8")
     assert "the one the kernel fit uses, over 200 positions (the TISA setting profile_length" in html
+
+
+def test_a_report_folder_holds_only_the_current_reports_figures(results, tmp_path):
+    """A plain model's report written where a TISA model's was removes the scoring-function figure it lacks."""
+    assert "scoring_functions" in save_figures(results["short"], tmp_path)
+    figures = save_figures(results["long"], tmp_path)
+    assert "scoring_functions" not in figures
+    assert sorted(tmp_path.glob("*.png")) == sorted(figures.values())

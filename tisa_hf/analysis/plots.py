@@ -261,13 +261,17 @@ FIGURES: dict[str, Callable[[AnalysisResult], Figure | None]] = {
 
 
 def save_figures(result: AnalysisResult, directory: Path, dpi: int = 110) -> dict[str, Path]:
-    """Draws every figure the result has and saves it as `directory/NAME.png`."""
+    """Draws every figure the result has and saves it as `directory/NAME.png`; removes the file of a figure it
+    lacks (no scoring functions without TISA), which an earlier report in `directory` may have left, so that the
+    folder holds this report's figures only."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, draw in FIGURES.items():
+        path = directory / f"{name}.png"
         figure = draw(result)
         if figure is None:
+            path.unlink(missing_ok=True)
             continue
-        paths[name] = directory / f"{name}.png"
-        figure.savefig(paths[name], dpi=dpi)
+        paths[name] = path
+        figure.savefig(path, dpi=dpi)
     return paths
