@@ -64,6 +64,12 @@ def test_help_shows_the_settings_of_a_config_file(tmp_path):
     assert "(default: rte)" in completed.stdout
 
 
+def test_adapt_defaults_to_the_packaged_minilm_which_runs_offline():
+    completed, _ = front(["adapt", "--help"])
+    model_help = " ".join(completed.stdout.split("  --model MODEL")[1].split("  --tokenizer")[0].split())
+    assert model_help.endswith("'minilm' is the packaged all-MiniLM-L6-v2. (default: minilm)")
+
+
 def test_a_run_imports_tisa_hf_in_full(tmp_path):
     """Without --help the front imports tisa_hf normally: its model types are registered with transformers."""
     after = (
