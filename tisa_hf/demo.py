@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from .analysis.plots import scoring_comparison_figure
+from .analysis.plots import FIGURE_DPI, scoring_comparison_figure
 from .analysis.positional_attention import analyze_profiles
 from .analysis.scoring import compare_scoring_to_profiles, fit_profile_length
 from .cli_options import demo_parser
@@ -36,7 +36,7 @@ def plot_profiles_and_kernels(model, path: Path) -> float:
     """Saves every head's fitted f(k) over its F̂_P profile; returns the mean fit R² over heads."""
     scoring = compare_scoring_to_profiles(model, analyze_profiles(model, fit_profile_length(model)))
     figure = scoring_comparison_figure(scoring)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=FIGURE_DPI)
     return scoring.r2.mean().item()
 
 
