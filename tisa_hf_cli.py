@@ -1,11 +1,12 @@
-"""The `tisa-hf` console command: `tisa_hf.cli`, with `--help` answered without importing torch.
+"""The `tisa-hf` console command: `tisa_hf.cli`, with help and mistyped options answered without importing torch.
 
 Importing `tisa_hf` registers TISA's model types and attention functions with transformers, which imports torch
-and transformers' model code: seconds before anything prints. A command's help needs only its parser, which
-lives in light modules (`tisa_hf.cli.Command.options`), so for a help request this front imports `tisa_hf.cli`
-under a bare `tisa_hf` package module whose `__init__` is never run: the process prints the help and exits
-without a TISA model, so nothing that needs the registration can run in it. Every other invocation imports
-`tisa_hf` as usual.
+and transformers' model code: seconds before anything prints. A command's help and the checks of its options
+need only its parser, which lives in light modules (`tisa_hf.cli.Command.options`), so this front imports
+`tisa_hf.cli` under a bare `tisa_hf` package module whose `__init__` has not run: the command list, a help
+request and a command line the options refuse are answered from there, and the process exits without a TISA
+model. A command whose options parse has the package's `__init__` run in that same module first, so it runs
+with tisa_hf imported (and registered) as usual.
 """
 
 from __future__ import annotations
@@ -14,19 +15,17 @@ import importlib.util
 import sys
 
 
-def _wants_help(argv: list[str]) -> bool:
-    options = argv[: argv.index("--")] if "--" in argv else argv
-    return not options or "-h" in options or "--help" in options
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if _wants_help(argv) and "tisa_hf" not in sys.modules:
-        spec = importlib.util.find_spec("tisa_hf")
-        sys.modules["tisa_hf"] = importlib.util.module_from_spec(spec)  # the package, its __init__ not executed
+    if "tisa_hf" in sys.modules:  # imported in full already (a caller in Python)
+        from tisa_hf.cli import main as cli_main
+
+        return cli_main(argv)
+    spec = importlib.util.find_spec("tisa_hf")
+    package = sys.modules["tisa_hf"] = importlib.util.module_from_spec(spec)  # its __init__ not run yet
     from tisa_hf.cli import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(argv, before_running=lambda: spec.loader.exec_module(package))
 
 
 if __name__ == "__main__":

@@ -254,3 +254,16 @@ def test_unreachable_hub_is_one_line(tmp_path, capsys, monkeypatch):
         "files.); use minilm (the packaged all-MiniLM-L6-v2) or a local model folder.\n"
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_a_folder_without_config_json_is_named_as_such(tmp_path, capsys):
+    """Not transformers' "should have a model_type key in its config.json" of a config.json that is not there."""
+    folder = tmp_path / "notamodel"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a model")
+    assert analyze([str(folder), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (
+        f"tisa-hf analyze: model {folder} is a folder without config.json, so not a saved model (save_pretrained "
+        "writes one); use minilm (the packaged all-MiniLM-L6-v2) or a local model folder.\n"
+    )
+    assert not (tmp_path / "r").exists()

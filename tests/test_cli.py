@@ -64,6 +64,12 @@ def test_help_shows_the_settings_of_a_config_file(tmp_path):
     assert "(default: rte)" in completed.stdout
 
 
+def test_adapt_defaults_to_the_packaged_minilm_which_runs_offline():
+    completed, _ = front(["adapt", "--help"])
+    model_help = " ".join(completed.stdout.split("  --model MODEL")[1].split("  --tokenizer")[0].split())
+    assert model_help.endswith("'minilm' is the packaged all-MiniLM-L6-v2. (default: minilm)")
+
+
 def test_a_run_imports_tisa_hf_in_full(tmp_path):
     """Without --help the front imports tisa_hf normally: its model types are registered with transformers."""
     after = (
@@ -76,9 +82,43 @@ def test_a_run_imports_tisa_hf_in_full(tmp_path):
     assert f"tisa-hf sweep: Sweep file {tmp_path / 'missing.yaml'} does not exist." in completed.stderr
 
 
-def test_help_after_a_double_dash_is_an_argument_not_a_request():
-    assert cli.asks_for_help(["--config", "x", "--help"])
-    assert not cli.asks_for_help(["--config", "x", "--", "--help"])
+USAGE_MISTAKES = {
+    "misspelt command": (
+        ["demoo"],
+        "tisa-hf: unknown command 'demoo'; did you mean 'demo'? the commands are " + ", ".join(cli.COMMANDS) + ".",
+    ),
+    "choice": (
+        ["demo", "--mode", "replce"],
+        "tisa-hf demo: argument --mode: invalid choice: 'replce' (choose from 'add', 'replace'); "
+        "see tisa-hf demo --help.",
+    ),
+    "negative count": (
+        ["demo", "--kernels", "-3"],
+        "tisa-hf demo: argument --kernels: must be at least 0, got -3; see tisa-hf demo --help.",
+    ),
+    "typed option of a dataclass command": (
+        ["glue", "--tisa.num_kernels", "abc"],
+        "tisa-hf glue: argument --tisa_num_kernels/--tisa-num-kernels: invalid int value: 'abc'; "
+        "see tisa-hf glue --help.",
+    ),
+    "unknown option of a dataclass command": (
+        ["adapt", "--bogus", "5"],
+        "tisa-hf adapt: unrecognized arguments: --bogus 5; see tisa-hf adapt --help.",
+    ),
+    "setting a dataclass refuses": (
+        ["squad", "--train-batch-size", "0"],
+        "tisa-hf squad: --train-batch-size must be at least 1; got 0.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", USAGE_MISTAKES, ids=list(USAGE_MISTAKES))
+def test_a_usage_error_answers_as_help_does_without_heavy_imports(case):
+    """A command line the options refuse is one line, from the options alone: no torch, as fast as --help."""
+    argv, line = USAGE_MISTAKES[case]
+    completed, report = front(argv)
+    assert report == {"status": 2, "heavy": []}
+    assert completed.stderr.splitlines() == [line]
 
 
 @pytest.mark.parametrize("debug", ["option", "variable", None])

@@ -43,6 +43,10 @@ def test_a_cached_model_is_read_from_the_cache_when_the_hub_is_out_of_reach(monk
 
 
 def test_local_paths_are_checked_without_the_hub(tmp_path):
+    assert model_source(str(tmp_path), "--tokenizer", needs_config=False) == ModelSource(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^--model .* is a folder without config.json, so not a saved model"):
+        model_source(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
     assert model_source(str(tmp_path)) == ModelSource(str(tmp_path))
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(ValueError, match=r"^--model .*weights\.bin is a file; it takes a model folder or a Hub id"):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 
+import matplotlib.image
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tisa_hf import demo, patching
+from tisa_hf import cli, demo, patching
+from tisa_hf.analysis.plots import FIGURE_DPI, FIGURE_WIDTH
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +98,11 @@ def test_demo_runs_offline_end_to_end(minilm, tmp_path, caplog, capsys):
     assert summary["positional_parameters"] == {"tisa": 3 * 3 * 12 * 6, "position_embeddings": 512 * 384}
     assert summary["mean_fit_r2"] > 0.8
     assert (tmp_path / "tisa_profiles.png").stat().st_size > 10_000
+    height, width, _ = matplotlib.image.imread(tmp_path / "tisa_profiles.png").shape
+    assert width == round(FIGURE_WIDTH * FIGURE_DPI) and height > width  # 6 layers of 12 heads, 6 panels a row
+    assert cli.main(["demo", "--out", str(tmp_path), "--mode", "replace"]) == 2  # finished work is kept
+    assert capsys.readouterr().err == (
+        f"tisa-hf demo: --out {tmp_path} holds a finished demo (summary.json); choose another --out or pass "
+        "--overwrite.\n"
+    )
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary

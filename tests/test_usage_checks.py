@@ -1,15 +1,17 @@
 """Options and input files a user can get wrong are one line naming the problem, before any model loads or any
-timing starts (`tisa-hf adapt`, `analyze`, `compare`, `bench`)."""
+timing starts (`tisa-hf adapt`, `analyze`, `compare`, `bench`, `demo`)."""
 
 import subprocess
 
 import pytest
 import torch
+from transformers import AutoModel
 
 from tests.fixtures import write_tiny_model, write_wikitext
-from tisa_hf import cli
+from tisa_hf import cli, demo
 from tisa_hf.adapt import adapt_task
 from tisa_hf.analysis import commands
+from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError
 from tisa_hf.performance import bench
 
@@ -96,6 +98,24 @@ def test_bench_checks_its_device_output_and_counts_before_timing(workspace, caps
         assert f"argument {option}: {message}" in capsys.readouterr().err
 
 
+def test_bench_long_refuses_a_model_with_a_position_table_before_loading_it(workspace, tmp_path, monkeypatch):
+    """The long section times --long-model as TISA past 512 tokens: a plain or `add` model is refused from its
+    config, before any model loads (a plain MiniLM once ended in a tensor-size traceback after minutes)."""
+    monkeypatch.setattr(bench, "build_model", lambda *args: pytest.fail("a model was built"))
+    argv = ["--sections", "long", "--long-lengths", "1024", "--output", str(workspace / "bench.json")]
+    with pytest.raises(UsageError) as raised:
+        bench.parse_args([*argv, "--long-model", "minilm"])
+    assert str(raised.value) == (
+        "--long-model minilm has a position table of 512 positions (no TISA); the long section needs a saved TISA "
+        "replace model (such as tisa-hf adapt writes), or leave --long-model out for the packaged MiniLM with "
+        "replace kernels fitted at load."
+    )
+    replace = tmp_path / "replace"
+    tisa = TisaConfig(num_kernels=2, mode="replace", init="random")
+    AutoModel.from_pretrained(workspace / "bert", tisa=tisa).save_pretrained(replace)
+    assert bench.parse_args([*argv, "--long-model", str(replace)]).long_model == str(replace)
+
+
 @pytest.mark.parametrize(
     ("returncode", "stderr"),
     [(-9, ""), (1, "RuntimeError: DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes.")],
@@ -119,3 +139,22 @@ def test_a_memory_worker_that_failed_otherwise_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: failed)
     with pytest.raises(RuntimeError, match=r"^Memory measurement of replace sdpa 1x8192 float32 failed:\nTraceback"):
         bench.peak_memory_of(case)
+
+
+def test_demo_overwrite_starts_over_in_a_finished_demos_folder(tmp_path, monkeypatch, capsys):
+    """A finished demo is refused (in test_minilm, after a real one); --overwrite removes its summary, so that an
+    interrupted new demo does not look finished, and goes on to load the model."""
+    (tmp_path / demo.SUMMARY_FILE).write_text("{}")
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 2
+    assert "choose another --out or pass --overwrite." in capsys.readouterr().err
+
+    class Loading(Exception):
+        pass
+
+    def loading(*args, **kwargs):
+        raise Loading
+
+    monkeypatch.setattr(demo, "load_under_head", loading)
+    with pytest.raises(Loading):
+        cli.main(["demo", "--out", str(tmp_path), "--overwrite"])
+    assert not (tmp_path / demo.SUMMARY_FILE).exists()

@@ -8,6 +8,9 @@ launcher entries come through here too.
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import functools
 import importlib
 import logging
 import os
@@ -15,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import huggingface_hub.utils
 
@@ -26,7 +29,7 @@ from .errors import UsageError
 class Command:
     """One subcommand: `run` ("module[:function]", default `main`) runs it on its argument list; `options`
     ("module:name") is its argparse parser factory or its tuple of argument dataclasses, in modules light enough
-    that `--help` answers without importing torch or transformers' models."""
+    that `--help` and the check of a command line answer without importing torch or transformers' models."""
 
     run: str
     options: str
@@ -132,22 +135,34 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module_name), name or "main")
 
 
-def asks_for_help(args: list[str]) -> bool:
-    """Whether argparse will print help for `args` (`-h`/`--help` before any `--`)."""
-    options = args[: args.index("--")] if "--" in args else args
-    return "-h" in options or "--help" in options
+def _refuse(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """What argparse cannot parse, as one UsageError line instead of the command's whole usage and the message."""
+    raise UsageError(f"{message}; see {parser.prog} --help.")
 
 
-def print_command_help(name: str, command: Command, args: list[str]) -> int:
-    """argparse's help for `tisa-hf NAME ARGS` from the command's options alone (argparse exits after printing)."""
+def check_options(name: str, command: Command, args: list[str]) -> None:
+    """Parses `tisa-hf NAME ARGS` with the command's options alone, which live in light modules (no torch): prints
+    the help when asked (argparse then exits with status 0) and raises what the options refuse (a misspelt
+    option, a value of the wrong type or outside the choices) as a UsageError, so that both answer at once,
+    before the command imports its libraries. The command parses its arguments again when it runs."""
     options = _load(command.options)
+    prog = f"tisa-hf {name}"
     if isinstance(options, tuple):
         from .finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
 
-        parse_arguments(options, args, prog=f"tisa-hf {name}")  # a --config file that cannot be read: UsageError
+        parse_arguments(options, args, prog=prog, refuse=_refuse)
     else:
-        options().parse_args(args)
-    return 0
+        parser = options()
+        parser.prog = prog
+        parser.error = functools.partial(_refuse, parser)
+        parser.parse_args(args)
+
+
+def unknown_command(name: str) -> str:
+    """The line for a command tisa-hf does not have, with the closest one when the name looks misspelt."""
+    close = difflib.get_close_matches(name, COMMANDS, n=1)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"tisa-hf: unknown command {name!r}; {guess}the commands are {', '.join(COMMANDS)}."
 
 
 def configure_logging() -> None:
@@ -186,7 +201,10 @@ def debugging(argv: list[str]) -> tuple[bool, list[str]]:
     return asked or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"), argv[1:] if asked else argv
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, before_running: Callable[[], None] = lambda: None) -> int:
+    """Runs `tisa-hf ARGV`: the command list, a command's help, or the command once its options parse;
+    `before_running` is called just before the command's module is imported (the console script imports
+    tisa_hf in full there)."""
     debug, argv = debugging(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, COMMANDS))
@@ -195,11 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"tisa-hf: unknown command {command!r}; choose from {', '.join(COMMANDS)}.", file=sys.stderr)
+        print(unknown_command(command), file=sys.stderr)
         return 2
     try:
-        if asks_for_help(rest):
-            return print_command_help(command, COMMANDS[command], rest)
+        check_options(command, COMMANDS[command], rest)
+        before_running()
         configure_logging()
         return _load(COMMANDS[command].run)(rest) or 0
     except UsageError as error:

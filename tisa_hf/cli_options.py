@@ -22,8 +22,9 @@ def demo_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", default=MINILM_ALIAS, help="Hub id or path (default: the packaged MiniLM)")
     parser.add_argument("--out", default="tisa-demo", help="output folder")
-    parser.add_argument("--kernels", type=int, default=5, help="S, kernels per head and layer")
+    parser.add_argument("--kernels", type=non_negative_int, default=5, help="S, kernels per head and layer")
     parser.add_argument("--mode", default="add", choices=["add", "replace"])
+    parser.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a finished demo")
     return parser
 
 

@@ -14,16 +14,18 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from .analysis.plots import scoring_comparison_figure
+from .analysis.plots import FIGURE_DPI, scoring_comparison_figure
 from .analysis.positional_attention import analyze_profiles
 from .analysis.scoring import compare_scoring_to_profiles, fit_profile_length
 from .cli_options import demo_parser
 from .common.head_loading import load_under_head
 from .common.hub_access import loading_errors, model_remedy, model_source
+from .common.saved_files import check_output_folder
 from .config import TisaConfig
 from .counting import count_positional_parameters
-from .errors import usage_errors
+from .errors import UsageError, usage_errors
 
+SUMMARY_FILE = "summary.json"  # written last: a folder holding it holds a finished demo
 SENTENCES = [
     "The cat sat on the mat because it was warm.",
     "Translation-invariant self-attention scores positions by their distance alone.",
@@ -34,8 +36,22 @@ def plot_profiles_and_kernels(model, path: Path) -> float:
     """Saves every head's fitted f(k) over its F̂_P profile; returns the mean fit R² over heads."""
     scoring = compare_scoring_to_profiles(model, analyze_profiles(model, fit_profile_length(model)))
     figure = scoring_comparison_figure(scoring)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=FIGURE_DPI)
     return scoring.r2.mean().item()
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """Before any model loads: `out` can hold the demo, and holds no finished one unless `overwrite` (whose
+    summary is then removed, so that an interrupted new demo does not look finished)."""
+    check_output_folder(out, "--out")
+    summary = out / SUMMARY_FILE
+    if not summary.is_file():
+        return
+    if not overwrite:
+        raise UsageError(
+            f"--out {out} holds a finished demo ({SUMMARY_FILE}); choose another --out or pass --overwrite."
+        )
+    summary.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     source = model_source(args.model)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with usage_errors():
         tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
+    check_output(out, args.overwrite)
+    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with loading_errors(args.model, model_remedy()), usage_errors():
         model = load_under_head(
@@ -88,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         "mean_fit_r2": mean_r2,
         "reload_max_logit_difference": difference,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     if difference != 0.0:
         print("The reloaded model differs from the saved one.")
         return 1

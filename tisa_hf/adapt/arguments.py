@@ -7,6 +7,14 @@ from typing import Literal
 
 from ..errors import UsageError
 from ..finetune.arguments import ModelArguments, TisaArguments, TrainingArguments
+from ..packaged import MINILM_ALIAS
+
+
+@dataclass
+class AdaptModelArguments(ModelArguments):
+    """The model; adaptation defaults to the packaged MiniLM, which it runs on offline."""
+
+    model: str = field(default=MINILM_ALIAS, metadata=ModelArguments.__dataclass_fields__["model"].metadata)
 
 
 @dataclass
@@ -120,4 +128,4 @@ class AdaptArguments:
             raise UsageError(f"--mlm-probability is the share of tokens masked, in (0, 1]; got {self.mlm_probability}.")
 
 
-ADAPT_ARGUMENTS = (ModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)
+ADAPT_ARGUMENTS = (AdaptModelArguments, AdaptTisaArguments, AdaptTrainingArguments, AdaptArguments)

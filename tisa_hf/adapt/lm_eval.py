@@ -256,7 +256,7 @@ def prepare(args: argparse.Namespace) -> EvaluationSetup:
     if len({facts.vocab_size for facts in everyone}) > 1:
         sizes = ", ".join(f"{facts.name}: {facts.vocab_size}" for facts in everyone)
         raise UsageError(f"The models must share one vocabulary, but their sizes differ ({sizes}).")
-    source = model_source(args.tokenizer, "--tokenizer") if args.tokenizer else None
+    source = model_source(args.tokenizer, "--tokenizer", needs_config=False) if args.tokenizer else None
     facts = teacher or specs[0].facts
     path, local_only = (source.path, source.local_files_only) if source else (facts.path, facts.local_files_only)
     with loading_errors(f"the tokenizer {path}", model_remedy("--tokenizer")):

@@ -26,7 +26,7 @@ def load_model(path_or_id: str) -> PreTrainedModel:
 
 
 def load_tokenizer(path_or_id: str) -> PreTrainedTokenizerBase:
-    source = model_source(path_or_id, option="tokenizer")
+    source = model_source(path_or_id, option="tokenizer", needs_config=False)
     try:
         return AutoTokenizer.from_pretrained(source.path, local_files_only=source.local_files_only)
     except (*LOADING_ERRORS, ValueError) as error:  # ValueError: a model folder without tokenizer files

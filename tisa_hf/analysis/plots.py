@@ -9,13 +9,22 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .pipeline import AnalysisResult
 from .scoring import ScoringComparison
 
 HEATMAP_PIXELS = 128
 PROBING_PERCENTILE = 99
-PANEL_SIZE = (1.7, 1.5)
+FIGURE_DPI = 110
+# A per-head figure is as wide as the report's 1,200-pixel column shows it (1,144 pixels at FIGURE_DPI), so that it
+# is never scaled down on a screen, and its smallest text is MIN_FONT points (11 pixels there): the size at which
+# tick labels and R² values still read. Heads wrap onto rows of at most PANEL_COLUMNS panels to fit.
+FIGURE_WIDTH = 10.4
+MIN_FONT = 7
+PANEL_COLUMNS = 6
+PANEL_HEIGHT = 1.7
+TOP_MARGIN, BOTTOM_MARGIN, LEFT_MARGIN = 0.95, 0.55, 0.75  # inches: title and legend, x label, y label
 
 
 def _pooled(matrix: torch.Tensor, pixels: int = HEATMAP_PIXELS) -> np.ndarray:
@@ -33,26 +42,68 @@ def _robust_limits(matrix: torch.Tensor) -> dict[str, float]:
     return {"vmin": low, "vmax": high}
 
 
-def _panel_grid(rows: int, cols: int, title: str, xlabel: str, ylabel: str) -> tuple[Figure, np.ndarray]:
-    """A rows × cols grid of small panels with a fixed layout (constrained layout is slow for many panels)."""
-    width, height = max(4.0, cols * PANEL_SIZE[0] + 0.6), max(3.0, rows * PANEL_SIZE[1] + 0.8)
-    figure = Figure(figsize=(width, height))
-    axes = figure.subplots(rows, cols, squeeze=False)
-    margin = 0.6 / height
-    figure.subplots_adjust(left=0.8 / width, right=0.99, bottom=margin, top=1 - margin, wspace=0.45, hspace=0.6)
-    figure.suptitle(title)
-    figure.supxlabel(xlabel)
-    figure.supylabel(ylabel)
-    return figure, axes
+def _head_grid(
+    layers: list[int], heads: int, title: str, xlabel: str, ylabel: str
+) -> tuple[Figure, Callable[[int, int], Axes]]:
+    """A panel for every layer and head, a layer's heads in order on rows of at most PANEL_COLUMNS, in a figure
+    FIGURE_WIDTH wide (fixed layout: constrained layout is slow for many panels); returns the figure and the
+    panel of (row of `layers`, head), each titled, with a few ticks in MIN_FONT."""
+    columns = min(heads, PANEL_COLUMNS)
+    rows_a_layer = -(-heads // columns)
+    rows = len(layers) * rows_a_layer
+    height = rows * PANEL_HEIGHT + TOP_MARGIN + BOTTOM_MARGIN
+    figure = Figure(figsize=(FIGURE_WIDTH, height))
+    axes = figure.subplots(rows, columns, squeeze=False)
+    figure.subplots_adjust(
+        left=LEFT_MARGIN / FIGURE_WIDTH,
+        right=0.99,
+        bottom=BOTTOM_MARGIN / height,
+        top=1 - TOP_MARGIN / height,
+        wspace=0.35,
+        hspace=0.45,
+    )
+    figure.suptitle(title, y=1 - 0.1 / height, va="top", fontsize=MIN_FONT + 3)
+    figure.supxlabel(xlabel, fontsize=MIN_FONT + 2)
+    figure.supylabel(ylabel, fontsize=MIN_FONT + 2)
+    for axis in axes.ravel():
+        axis.set_visible(False)
+
+    def panel(row: int, head: int) -> Axes:
+        axis = axes[row * rows_a_layer + head // columns, head % columns]
+        axis.set_visible(True)
+        axis.set_title(f"layer {layers[row]}, head {head}", fontsize=MIN_FONT + 1, pad=3)
+        axis.tick_params(labelsize=MIN_FONT, length=2, pad=1)
+        axis.xaxis.set_major_locator(MaxNLocator(3))
+        axis.yaxis.set_major_locator(MaxNLocator(3))
+        return axis
+
+    return figure, panel
 
 
-def _each_head(axes: np.ndarray, layers: list[int], draw: Callable[[Axes, int, int], None]) -> None:
-    for row, layer in enumerate(layers):
-        for head in range(axes.shape[1]):
-            axis = axes[row, head]
-            draw(axis, row, head)
-            axis.set_title(f"layer {layer}, head {head}", fontsize=6)
-            axis.tick_params(labelsize=5)
+def _figure_legend(figure: Figure, axis: Axes) -> None:
+    """One legend for every panel, under the title (the panels draw the same lines)."""
+    height = figure.get_figheight()
+    handles, labels = axis.get_legend_handles_labels()
+    figure.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - 0.42 / height),
+        ncols=min(len(labels), 6),
+        fontsize=MIN_FONT + 1,
+        frameon=False,
+    )
+
+
+def _r2_label(axis: Axes, r2: float) -> None:
+    axis.text(
+        0.03,
+        0.04,
+        f"R² {r2:.2f}",
+        transform=axis.transAxes,
+        fontsize=MIN_FONT,
+        bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1},
+    )
 
 
 def gram_figure(result: AnalysisResult) -> Figure:
@@ -78,41 +129,39 @@ def gram_figure(result: AnalysisResult) -> Figure:
 def profile_heatmaps_figure(result: AnalysisResult) -> Figure:
     profiles = result.profiles
     length = profiles.logits.shape[-1]
-    figure, axes = _panel_grid(
-        len(profiles.layers),
+    figure, panel = _head_grid(
+        profiles.layers,
         profiles.logits.shape[1],
-        "Positional attention profiles F̂_P (query-key logits of the mean word; colour: logit, nats)",
+        f"Positional attention profiles F̂_P over {length} positions (query-key logits of the mean word; colour: "
+        "logit, nats; R²: Toeplitz fit)",
         "key position j (tokens)",
         "query position i (tokens)",
     )
-
-    def draw(axis: Axes, row: int, head: int) -> None:
-        matrix = profiles.logits[row, head]
-        axis.imshow(_pooled(matrix), cmap="RdBu_r", extent=(0, length, length, 0), **_robust_limits(matrix))
-        axis.text(0.02, 0.02, f"R² {profiles.r2[row, head]:.2f}", transform=axis.transAxes, fontsize=5)
-
-    _each_head(axes, profiles.layers, draw)
+    for row in range(len(profiles.layers)):
+        for head in range(profiles.logits.shape[1]):
+            axis, matrix = panel(row, head), profiles.logits[row, head]
+            axis.imshow(_pooled(matrix), cmap="RdBu_r", extent=(0, length, length, 0), **_robust_limits(matrix))
+            _r2_label(axis, profiles.r2[row, head])
     return figure
 
 
 def profile_sections_figure(result: AnalysisResult) -> Figure:
     profiles = result.profiles
     length = profiles.logits.shape[-1]
-    figure, axes = _panel_grid(
-        len(profiles.layers),
+    figure, panel = _head_grid(
+        profiles.layers,
         profiles.logits.shape[1],
-        "Sections of F̂_P through the main diagonal, one line per query position i",
+        f"Sections of F̂_P through the main diagonal over {length} positions, one line per query position i",
         "offset j - i (tokens)",
         "logit (nats)",
     )
-    sections = profiles.sections
-
-    def draw(axis: Axes, row: int, head: int) -> None:
-        for index, query in enumerate(profiles.query_positions):
-            axis.plot(np.arange(length) - query, sections[row, head, index].numpy(), lw=0.6, label=f"i = {query}")
-
-    _each_head(axes, profiles.layers, draw)
-    axes[0, 0].legend(fontsize=4)
+    for row in range(len(profiles.layers)):
+        for head in range(profiles.logits.shape[1]):
+            axis = panel(row, head)
+            for index, query in enumerate(profiles.query_positions):
+                sections = profiles.sections[row, head, index].numpy()
+                axis.plot(np.arange(length) - query, sections, lw=0.8, label=f"i = {query}")
+    _figure_legend(figure, axis)
     return figure
 
 
@@ -121,24 +170,26 @@ def scoring_figure(result: AnalysisResult) -> Figure | None:
 
 
 def scoring_comparison_figure(scoring: ScoringComparison) -> Figure:
-    """f(k) of every layer and head over the F̂_P profile it was fitted to, with the fit R²."""
-    figure, axes = _panel_grid(
-        len(scoring.layers),
+    """f(k) of every layer and head over the F̂_P profile it was fitted to, with the fit R², at the offsets the
+    comparison covers (the fit window), which the title states."""
+    window = int(scoring.offsets.abs().max())
+    figure, panel = _head_grid(
+        scoring.layers,
         scoring.scoring.shape[1],
-        f"TISA scoring functions f(k) (S = {scoring.num_kernels}) against the F̂_P profile over "
-        f"{scoring.profile_length} positions",
+        f"TISA scoring functions f(k) (S = {scoring.num_kernels}) and the Toeplitz profile of F̂_P "
+        f"({scoring.profile_length} positions) at offsets |k| ≤ {window}",
         "offset k = j - i (tokens)",
         "logit (nats)",
     )
     offsets = scoring.offsets.numpy()
-
-    def draw(axis: Axes, row: int, head: int) -> None:
-        axis.plot(offsets, scoring.profile[row, head].numpy(), color="0.6", lw=0.8, label="F̂_P profile")
-        axis.plot(offsets, scoring.scoring[row, head].numpy(), color="C3", lw=0.8, label="f(k)")
-        axis.text(0.02, 0.02, f"R² {scoring.r2[row, head]:.2f}", transform=axis.transAxes, fontsize=5)
-
-    _each_head(axes, scoring.layers, draw)
-    axes[0, 0].legend(fontsize=4)
+    for row in range(len(scoring.layers)):
+        for head in range(scoring.scoring.shape[1]):
+            axis = panel(row, head)
+            axis.plot(offsets, scoring.profile[row, head].numpy(), color="0.55", lw=1.0, label="F̂_P profile")
+            axis.plot(offsets, scoring.scoring[row, head].numpy(), color="C3", lw=1.0, label="f(k), fitted")
+            axis.set_xlim(-window, window)
+            _r2_label(axis, scoring.r2[row, head])
+    _figure_legend(figure, axis)
     return figure
 
 
@@ -260,14 +311,18 @@ FIGURES: dict[str, Callable[[AnalysisResult], Figure | None]] = {
 }
 
 
-def save_figures(result: AnalysisResult, directory: Path, dpi: int = 110) -> dict[str, Path]:
-    """Draws every figure the result has and saves it as `directory/NAME.png`."""
+def save_figures(result: AnalysisResult, directory: Path, dpi: int = FIGURE_DPI) -> dict[str, Path]:
+    """Draws every figure the result has and saves it as `directory/NAME.png`; removes the file of a figure it
+    lacks (no scoring functions without TISA), which an earlier report in `directory` may have left, so that the
+    folder holds this report's figures only."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, draw in FIGURES.items():
+        path = directory / f"{name}.png"
         figure = draw(result)
         if figure is None:
+            path.unlink(missing_ok=True)
             continue
-        paths[name] = directory / f"{name}.png"
-        figure.savefig(paths[name], dpi=dpi)
+        paths[name] = path
+        figure.savefig(path, dpi=dpi)
     return paths

@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 
 from ..errors import UsageError
 from ..packaged import MINILM_ALIAS, resolve_model
-from .saved_files import check_model_folder
+from .saved_files import CONFIG_FILE, check_model_folder
 
 PROBE_TIMEOUT_S = 3.0
 # What failed loads raise: OSError (transformers' "couldn't connect", a missing file, huggingface_hub's
@@ -78,12 +78,13 @@ def model_remedy(option: str = "--model") -> str:
     return f"use {packaged} (the packaged all-MiniLM-L6-v2) or a local model folder"
 
 
-def model_source(name: str, option: str = "--model") -> ModelSource:
+def model_source(name: str, option: str = "--model", needs_config: bool = True) -> ModelSource:
     """Checks that `name` (`minilm`, a local folder or a Hub id) can be loaded, without loading it.
 
     A Hub id is fine when the Hub answers, or when the local cache holds it (then it is read from the cache only,
-    skipping transformers' retries); a local folder's config.json and weights are checked (`check_model_folder`).
-    Anything else is a UsageError naming the problem and the way out.
+    skipping transformers' retries); a local folder must hold a config.json unless `needs_config` is False (a
+    tokenizer's folder), and its config.json and weights are checked (`check_model_folder`). Anything else is a
+    UsageError naming the problem and the way out.
     """
     try:
         path = resolve_model(name)
@@ -91,6 +92,11 @@ def model_source(name: str, option: str = "--model") -> ModelSource:
         raise UsageError(f"{option} {name}: {error}") from error
     remedy = model_remedy(option)
     if os.path.isdir(path):
+        if needs_config and not os.path.isfile(os.path.join(path, CONFIG_FILE)):
+            raise UsageError(
+                f"{option} {name} is a folder without {CONFIG_FILE}, so not a saved model (save_pretrained writes "
+                f"one); {remedy}."
+            )
         check_model_folder(path)
         return ModelSource(path)
     if os.path.exists(path):

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import types
 from argparse import ArgumentTypeError
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from transformers import HfArgumentParser
@@ -320,11 +322,17 @@ def _dotted_aliases(argv: list[str]) -> list[str]:
     return out
 
 
-def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: str) -> tuple[Any, ...]:
-    """Parses `--config FILE` plus overrides into instances of `dataclass_types`; unknown keys are errors."""
-    pre = argparse.ArgumentParser(add_help=False)
+def parse_arguments(
+    dataclass_types: tuple[type, ...],
+    argv: list[str],
+    prog: str,
+    refuse: Callable[[argparse.ArgumentParser, str], NoReturn] | None = None,
+) -> tuple[Any, ...]:
+    """Parses `--config FILE` plus overrides into instances of `dataclass_types`; unknown keys and options are
+    errors. `refuse(parser, message)` replaces argparse's reporting of a command line it cannot parse (by default
+    the usage, then the message, then exit status 2)."""
+    pre = argparse.ArgumentParser(prog=prog, add_help=False)
     pre.add_argument("--config")
-    known, rest = pre.parse_known_args(_dotted_aliases(argv))
     parser = HfArgumentParser(
         dataclass_types,
         prog=prog,
@@ -332,6 +340,10 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: st
         "every option takes dashes or underscores, and the TISA ones also the --tisa.num_kernels spelling.",
     )
     parser.add_argument("--config", help="YAML file of settings; command-line options override it.")
+    if refuse is not None:
+        pre.error = functools.partial(refuse, parser)
+        parser.error = functools.partial(refuse, parser)
+    known, rest = pre.parse_known_args(_dotted_aliases(argv))
     if known.config:
         values = load_config_file(known.config)
         fields = {f.name for dtype in dataclass_types for f in dataclasses.fields(dtype)}
@@ -342,7 +354,11 @@ def parse_arguments(dataclass_types: tuple[type, ...], argv: list[str], prog: st
                 f"the settings are {', '.join(sorted(fields))}."
             )
         parser.set_defaults(**typed_config_values(values, dataclass_types, known.config))
-    parsed = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    *parsed, unknown = parser.parse_args_into_dataclasses(
+        args=rest, return_remaining_strings=True, look_for_args_file=False
+    )
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return tuple(parsed[: len(dataclass_types)])
 
 

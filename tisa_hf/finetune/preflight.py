@@ -33,7 +33,9 @@ class RunPlan:
 def model_sources(model_args: ModelArguments) -> tuple[ModelSource, ModelSource]:
     """Where the model and the tokenizer load from (`model_source`); raises UsageError."""
     model = model_source(model_args.model)
-    return model, model if model_args.tokenizer is None else model_source(model_args.tokenizer, "--tokenizer")
+    return model, model if model_args.tokenizer is None else model_source(
+        model_args.tokenizer, "--tokenizer", needs_config=False
+    )
 
 
 def checked_config_overrides(model_args: ModelArguments, model: ModelSource) -> dict[str, Any]:

@@ -48,6 +48,7 @@ import scipy.linalg
 import torch
 
 from ..cli_options import bench_parser
+from ..common.checkpoints import CheckpointFacts
 from ..common.machine import checked_device, machine
 from ..common.saved_files import check_output_folder
 from ..errors import UsageError
@@ -347,12 +348,27 @@ def check_output(path: str) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
 
 
+def check_long_model(name: str) -> None:
+    """--long-model is a TISA `replace` model, read from its config before any model loads: `long` times it as
+    TISA on both routes against the plain MiniLM, and a model with a position table fails past its length."""
+    facts = CheckpointFacts.read(name, "--long-model")
+    if not facts.any_length:
+        what = f"TISA mode='{facts.tisa.mode}'" if facts.tisa else "no TISA"
+        raise UsageError(
+            f"--long-model {name} has a position table of {facts.table_length} positions ({what}); the long "
+            "section needs a saved TISA replace model (such as tisa-hf adapt writes), or leave --long-model out "
+            "for the packaged MiniLM with replace kernels fitted at load."
+        )
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The options, checked: the device can be used and the output written."""
+    """The options, checked: the device can be used, the output written and the long section's model read."""
     args = bench_parser().parse_args(argv)
     args.device = str(checked_device(args.device))
     if not args.memory_worker:
         check_output(args.output)
+    if "long" in args.sections and args.long_model:
+        check_long_model(args.long_model)
     if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if torch.device(args.device).type == "cuda" else ["float32"]
     return args
