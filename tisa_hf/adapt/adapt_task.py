@@ -48,7 +48,7 @@ from ..finetune.recipe import (
     run_record,
     started_run,
 )
-from ..finetune.trainer import TrainingStage, fit, resolve_schedule, train_dataloader
+from ..finetune.trainer import TrainingStage, fit, resolve_schedule, train_dataloader, unwrapped
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
 from .plan import AdaptationPlan, plan_adaptation
@@ -223,7 +223,7 @@ def run(
             resume_from=plan.resume_from, started=started,
         )  # fmt: skip
 
-        student = accelerator.unwrap_model(objective).model
+        student = unwrapped(accelerator, objective).model
         record = run_record("adapt", student, args, state, accelerator, config)
         record["adaptation"] = adaptation_record(adaptation, adapt_args, args.train_batch_size)
         mark_adapted(student, record["model"], adapt_args.objective, adapt_args.train)

@@ -183,6 +183,19 @@ class TrainingArguments:
         },
     )
     mixed_precision: Literal["no", "fp16", "bf16"] = field(default="no", metadata={"help": "Autocast precision."})
+    torch_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Compile the model with torch.compile (Accelerate's dynamo plugin), as transformers' Trainer "
+            "does with --torch_compile; `accelerate launch --dynamo_backend BACKEND` does the same."
+        },
+    )
+    torch_compile_backend: Literal["inductor", "aot_eager", "eager", "cudagraphs"] = field(
+        default="inductor", metadata={"help": "The torch.compile backend with --torch-compile."}
+    )
+    torch_compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = (
+        field(default=None, metadata={"help": "The torch.compile mode with --torch-compile (None: the backend's own)."})
+    )
     report_to: str = field(default="tensorboard", metadata={"help": "Accelerate tracker(s), comma separated."})
     no_tracking: bool = field(default=False, metadata={"help": "Log to no tracker."})
     push_to_hub: str | None = field(default=None, metadata={"help": "Hub repo id to upload the final model to."})

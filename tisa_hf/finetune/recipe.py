@@ -48,6 +48,7 @@ from .trainer import (
     micro_batch_size,
     optimizer_steps_per_epoch,
     resolve_schedule,
+    unwrapped,
 )
 
 TrainData = DataLoader | list[TrainingStage]  # one loader for every step, or a curriculum's stages
@@ -174,7 +175,7 @@ def run_record(
     every evaluation, the saved model's evaluation as `metrics` (the last one, or with --load_best_model_at_end the
     one of `best_step`), steps, and the wall time over every process that worked on the run
     (`TrainerState.wall_time_s`; None when unknown)."""
-    model = accelerator.unwrap_model(trained_model)
+    model = unwrapped(accelerator, trained_model)
     tisa = tisa_config_of(model)
     return {
         "task": task,
@@ -211,7 +212,7 @@ def finish_run(
     upload_error = None
     if accelerator.is_main_process:
         folder = RunFolder(args.output_dir)
-        accelerator.unwrap_model(model).save_pretrained(folder.path)
+        unwrapped(accelerator, model).save_pretrained(folder.path)
         tokenizer.save_pretrained(folder.path)
         for name, content in (documents or {}).items():
             folder.write_document(name, content)

@@ -54,8 +54,9 @@ RECORD_KEYS = ("task", "model", "tisa", "metrics")
 # marks such runs, whose metrics are per split (validation, test).
 DOCUMENTS_KEY = "documents"
 
-# Settings a resumed run may change: where and how often it reports, checkpoints and uploads, and how it was
-# started. Every other setting changes what the run computes, so a resumed run must keep it.
+# Settings a resumed run may change: where and how often it reports, checkpoints and uploads, how it was
+# started, and whether it is compiled (the same computation, rounded as the compiler fuses it). Every other
+# setting changes what the run computes, so a resumed run must keep it.
 RESUME_SAFE_SETTINGS = (
     "output_dir",
     "logging_steps",
@@ -66,6 +67,9 @@ RESUME_SAFE_SETTINGS = (
     "resume",
     "overwrite_output_dir",
     "resume_without_rng_state",
+    "torch_compile",
+    "torch_compile_backend",
+    "torch_compile_mode",
 )
 # Settings run_config.yaml holds resolved (`trainer.resolve_schedule`: from --num_train_epochs and --warmup_ratio,
 # once the training data is counted) but the command line may leave unset (None, 0). Before the data is loaded

@@ -24,6 +24,7 @@ from accelerate.utils import (
     DataLoaderConfiguration,
     GradientAccumulationPlugin,
     ProjectConfiguration,
+    TorchDynamoPlugin,
     load,
 )
 from safetensors.torch import load_model, save_model
@@ -108,8 +109,13 @@ def build_accelerator(args: TrainingArguments) -> Accelerator:
     batch is split across processes (`split_batches`), and shuffling depends only on the seed and the epoch."""
     check_mixed_precision(args.mixed_precision, training_device())
     trackers = [name.strip() for name in args.report_to.split(",") if name.strip()]
+    # Without --torch-compile, Accelerate's own default: `accelerate launch --dynamo_backend` (its environment).
+    dynamo = None
+    if args.torch_compile:
+        dynamo = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode)
     return Accelerator(
         mixed_precision=args.mixed_precision,
+        dynamo_plugin=dynamo,
         gradient_accumulation_plugin=GradientAccumulationPlugin(
             num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
         ),
@@ -119,6 +125,12 @@ def build_accelerator(args: TrainingArguments) -> Accelerator:
             project_dir=args.output_dir, logging_dir=str(RunFolder(args.output_dir).logs_dir)
         ),
     )
+
+
+def unwrapped(accelerator: Accelerator, model: nn.Module) -> nn.Module:
+    """The model itself, out of Accelerate's wrappers and a compiled model's (whose state-dict keys would carry
+    `_orig_mod.`): what is saved, loaded into and recorded."""
+    return accelerator.unwrap_model(model, keep_torch_compile=False)
 
 
 def micro_batch_size(args: TrainingArguments, num_processes: int) -> int:
@@ -263,7 +275,7 @@ def _track_best(
     if accelerator.is_main_process:
         path = RunFolder(output_dir).best_model_file(state.step)
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_model(accelerator.unwrap_model(model), str(path))
+        save_model(unwrapped(accelerator, model), str(path))
         prune_best_models(output_dir, keep={state.step, _checkpointed_best_step(output_dir)})
     accelerator.wait_for_everyone()
 
@@ -388,7 +400,7 @@ def fit(
         _evaluate(accelerator, model, evaluate, state, args, score)
     state.metrics = state.history[-1]["metrics"]
     if args.load_best_model_at_end and state.best_step != state.step:
-        load_model(accelerator.unwrap_model(model), str(RunFolder(args.output_dir).best_model_file(state.best_step)))
+        load_model(unwrapped(accelerator, model), str(RunFolder(args.output_dir).best_model_file(state.best_step)))
         logger.info("Loaded the best model, of step %d (score %s)", state.best_step, state.best_score)
         state.metrics = _run_evaluation(model, evaluate)  # its predictions, for the callback to keep
     return state

@@ -44,7 +44,7 @@ from ..recipe import (
     started_run,
 )
 from ..run_folder import DOCUMENTS_KEY, PREDICTIONS_FILE
-from ..trainer import fit, train_dataloader
+from ..trainer import fit, train_dataloader, unwrapped
 from .data import DocumentData, load_documents
 from .labels import LabelVocabulary
 from .metrics import document_metrics, main_metric
@@ -199,7 +199,7 @@ def run(
             resume_from=plan.resume_from, started=started,
         )  # fmt: skip
 
-        trained = accelerator.unwrap_model(model)
+        trained = unwrapped(accelerator, model)
         record = run_record(name, trained, args, state, accelerator, config, steps_per_epoch)
         test = evaluate.test()
         if test is not None:  # a copy: `record["metrics"]` is the history's last evaluation when that is the model's

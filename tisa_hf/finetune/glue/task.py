@@ -35,7 +35,7 @@ from ..recipe import (
 )
 from ..run_folder import PREDICTIONS_FILE
 from ..splits import first_examples
-from ..trainer import fit, train_dataloader
+from ..trainer import fit, train_dataloader, unwrapped
 from .data import GlueTask, check_scorable, get_task, load_glue
 from .metrics import glue_metrics
 from .options import GLUE_ARGUMENTS, GlueDataArguments
@@ -133,7 +133,7 @@ def run(
             resume_from=plan.resume_from, started=started,
         )  # fmt: skip
 
-        trained = accelerator.unwrap_model(model)
+        trained = unwrapped(accelerator, model)
         record = run_record(task.name, trained, args, state, accelerator, config, steps_per_epoch)
         predictions = RunPredictions(task.name, state.model_step, evaluate.outputs).to_json()
         finish_run(accelerator, trained, tokenizer, args, record, {PREDICTIONS_FILE: predictions})

@@ -32,7 +32,7 @@ from ..recipe import (
     run_record,
     started_run,
 )
-from ..trainer import fit, train_dataloader
+from ..trainer import fit, train_dataloader, unwrapped
 from .data import build_squad_task, check_windows, load_squad_data
 from .options import SQUAD_ARGUMENTS, SquadArguments
 
@@ -106,7 +106,7 @@ def run(
             resume_from=plan.resume_from, started=started,
         )  # fmt: skip
 
-        trained = accelerator.unwrap_model(model)
+        trained = unwrapped(accelerator, model)
         record = run_record(name, trained, args, state, accelerator, config, steps_per_epoch)
         finish_run(accelerator, trained, tokenizer, args, record)
     return record
