@@ -22,10 +22,13 @@ def test_shape_option_reads_batch_by_length():
             batch_shape(wrong)
 
 
+BERT_BASE_CONFIG = cases.bert_base_config
+
+
 def small_config(implementation: str, dropout: float) -> BertConfig:
     """BERT-base's settings at a tiny width (the vocabulary holds the benchmark's token ids), so that a step takes
     milliseconds."""
-    config = cases.bert_base_config(implementation, dropout)
+    config = BERT_BASE_CONFIG(implementation, dropout)
     config.update({"hidden_size": 48, "intermediate_size": 64, "vocab_size": 20000, "num_attention_heads": 4})
     return config
 
@@ -65,3 +68,27 @@ def test_top_level_calls_leave_out_the_calls_inside_them():
         torch.ones(3).add(1).softmax(0)  # ones calls fill_ inside; softmax calls _softmax
     names = [event.name for event in step_profile.top_level_aten(list(recorded.events()))]
     assert names == ["aten::ones", "aten::add", "aten::softmax"]
+
+
+def test_compile_times_plain_and_tisa_eager_and_compiled_side_by_side(tmp_path, capsys, monkeypatch):
+    """`--compile`: four variants a shape, each with its median and range, the eager and compiled ratios, and the
+    compile times apart."""
+    monkeypatch.setattr(cases, "bert_base_config", small_config)
+    output = tmp_path / "bench.json"
+    arguments = ["--device", "cpu", "--sections", "train", "infer", "--implementations", "sdpa", "--compile"]
+    arguments += ["--compile-backend", "aot_eager", "--warmup", "0", "--repeats", "2", "--no-memory"]
+    assert bench.main([*arguments, "--attention-dropout", "0", "--output", str(output)]) == 0
+    results = json.loads(output.read_text())
+    for section in ("train", "infer"):
+        assert [(row["batch"], row["length"]) for row in results[section]] == [(8, 128), (2, 512)]
+        for row in results[section]:
+            for name in ("plain", "tisa", "plain_compiled", "tisa_compiled"):
+                low, high = row[f"{name}_range"]
+                assert 0 < low <= row[name] <= high
+            assert row["time_ratio"] == row["tisa"] / row["plain"]
+            assert row["compiled_time_ratio"] == row["tisa_compiled"] / row["plain_compiled"]
+            assert row["plain_compiled_compile_s"] > 0 and row["tisa_compiled_compile_s"] > 0
+            assert row["compile_backend"] == "aot_eager"
+    table = capsys.readouterr().out.splitlines()
+    compiled_lines = [line for line in table if line.split()[:1] == ["compiled"]]
+    assert len(compiled_lines) == 4 and all("(compile " in line for line in compiled_lines)

@@ -256,6 +256,15 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="train, infer: each model compiled with torch.compile too, timed interleaved with the eager ones (each "
+        "compile's wall time reported apart; peak memory of the compiled models on CUDA only)",
+    )
+    parser.add_argument(
+        "--compile-backend", choices=("inductor", "aot_eager"), default="inductor", help="--compile: the backend"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="instead of timing: operator calls (and on CUDA kernels) and section times of one step of each variant",

@@ -14,6 +14,10 @@ Sections (all by default):
   interpolation (`plain`) and reading the input as 512-token chunks in one batch (`chunk`), all four interleaved;
   each time with the fastest and slowest repeat, tokens a second, and one step's peak memory.
 
+`--compile` adds each `train` and `infer` model compiled with `torch.compile` (Inductor, or `--compile-backend`):
+the plain and TISA models, eager and compiled, timed interleaved, each compile's wall time (its first step)
+reported apart, and the compiled ratio beside the eager one.
+
 `--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
 
 Times are medians over `--repeats` runs after `--warmup` runs, with the compared variants interleaved. Peak
@@ -202,30 +206,53 @@ def memory_worker(spec: str) -> int:
 def bench_models(
     cases: list[tuple[ModelCase, ModelCase]],
     device: torch.device,
-    warmup: int,
-    repeats: int,
-    memory: bool,
+    args: argparse.Namespace,
     rows: list[dict],
     save: Callable[[], None],
 ) -> None:
-    """Times each (without, with TISA) pair side by side, then measures each one's peak memory; appends a row to
-    `rows` and calls `save` after each pair."""
+    """Times each (without, with TISA) pair side by side (with `--compile`, each also compiled: four variants,
+    interleaved, after a first step of each compiled one whose wall time is its compile time), then measures each
+    one's peak memory; appends a row to `rows` and calls `save` after each pair."""
     for plain_case, tisa_case in cases:
         print(f"  {plain_case.label()} ...", file=sys.stderr, flush=True)
-        plain = build_model(plain_case, reference_positions(plain_case))
-        tisa = build_model(tisa_case)
-        variants = {"plain": step_function(plain_case, plain), "tisa": step_function(tisa_case, tisa)}
-        times = time_interleaved(variants, device, warmup, repeats)
-        del plain, tisa, variants
-        row = {**{k: v for k, v in plain_case.__dict__.items() if k != "tisa"}, **times}
-        row["time_ratio"] = times["tisa"] / times["plain"]
-        if memory:
-            plain_memory, tisa_memory = peak_memory_of(plain_case), peak_memory_of(tisa_case)
-            row["plain_peak_mib"], row["tisa_peak_mib"] = plain_memory["peak_mib"], tisa_memory["peak_mib"]
-            row["baseline_mib"] = plain_memory["baseline_mib"]
-            row["memory_ratio"] = tisa_memory["peak_mib"] / plain_memory["peak_mib"]
+        named = {"plain": plain_case, "tisa": tisa_case}
+        if args.compile:
+            for name, case in list(named.items()):
+                named[f"{name}_compiled"] = dataclasses.replace(case, compile_backend=args.compile_backend)
+        variants = {
+            name: step_function(case, build_model(case, reference_positions(case))) for name, case in named.items()
+        }
+        compile_seconds = {name: first_step_seconds(variants[name], device) for name in named if "compiled" in name}
+        samples = timed_interleaved(variants, device, args.warmup, args.repeats)
+        del variants
+        row = {**{k: v for k, v in plain_case.__dict__.items() if k not in ("tisa", "compile_backend")}}
+        for name, values in samples.items():
+            row[name], row[f"{name}_range"] = statistics.median(values), [min(values), max(values)]
+        row["time_ratio"] = row["tisa"] / row["plain"]
+        if args.compile:
+            row["compile_backend"] = args.compile_backend
+            row["compiled_time_ratio"] = row["tisa_compiled"] / row["plain_compiled"]
+            row.update({f"{name}_compile_s": seconds for name, seconds in compile_seconds.items()})
+        if not args.no_memory:
+            measured = [name for name in named if "compiled" not in name or device.type == "cuda"]
+            memory = {name: peak_memory_of(named[name]) for name in measured}
+            for name in measured:
+                row[f"{name}_peak_mib"] = memory[name]["peak_mib"]
+            row["baseline_mib"] = memory["plain"]["baseline_mib"]
+            row["memory_ratio"] = row["tisa_peak_mib"] / row["plain_peak_mib"]
+            if "tisa_compiled" in measured:
+                row["compiled_memory_ratio"] = row["tisa_compiled_peak_mib"] / row["plain_compiled_peak_mib"]
         rows.append(row)
         save()
+
+
+def first_step_seconds(step: Callable[[], None], device: torch.device) -> float:
+    """The wall seconds of a compiled model's first step: its compile time (and the step itself)."""
+    synchronize(device)
+    start = time.perf_counter()
+    step()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 LONG_VARIANTS = ("plain", "banded", "blockwise", "chunk")
@@ -314,6 +341,14 @@ def format_table(results: dict) -> str:
             if "memory_ratio" in row:
                 line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
             lines.append(line)
+            if "compiled_time_ratio" in row:
+                line = f"{'':<8} {'compiled':<25} {row['plain_compiled']:>9.1f} {row['tisa_compiled']:>9.1f}"
+                line += f" {row['compiled_time_ratio']:>6.3f}"
+                if "compiled_memory_ratio" in row:
+                    line += f" {row['plain_compiled_peak_mib']:>10.0f} {row['tisa_compiled_peak_mib']:>9.0f}"
+                    line += f" {row['compiled_memory_ratio']:>6.3f}"
+                line += f"  (compile {row['plain_compiled_compile_s']:.0f} s / {row['tisa_compiled_compile_s']:.0f} s)"
+                lines.append(line)
     if results.get("long"):
         peak = "peak memory allocated" if results["machine"]["device"] == "cuda" else "peak resident set"
         lines += ["", f"long inputs, batch 1, inference (ms: median [fastest, slowest]; MiBs: {peak})"]
@@ -402,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{section} ...", file=sys.stderr, flush=True)
             cases = [pair for dtype in args.dtypes for pair in model_cases(args, section, dtype)]
             results[section] = []
-            bench_models(cases, device, args.warmup, args.repeats, not args.no_memory, results[section], save)
+            bench_models(cases, device, args, results[section], save)
     if "long" in args.sections:
         print("long ...", file=sys.stderr, flush=True)
         results["long"] = []

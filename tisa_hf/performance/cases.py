@@ -35,11 +35,14 @@ class ModelCase:
     model: str | None = None  # long: the saved TISA model whose kernels are read (None: fitted ones)
     banded: bool = True  # long: whether TISA may take the banded route (False: the blockwise route before it)
     chunked: bool = False  # long: the original model reading the input as 512-token chunks (chunk-and-average)
+    compile_backend: str | None = None  # train, infer: the model run through torch.compile with this backend
 
     def label(self) -> str:
         label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
         if self.section == "long":
             label += f" {self.variant()}"
+        if self.compile_backend is not None:
+            label += f" compiled ({self.compile_backend})"
         return label
 
     def variant(self) -> str:
@@ -115,8 +118,11 @@ def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
 
 def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]:
     """One training step (forward, backward, AdamW) or one no-grad forward, under autocast for bf16 and fp16 (no
-    loss scaling: the step's cost is what is measured)."""
+    loss scaling: the step's cost is what is measured); the model compiled where the case says (the optimizer step
+    stays eager, as Trainer's and Accelerate's compile leave it)."""
     batch = make_batch(case)
+    if case.compile_backend is not None:
+        model = torch.compile(model, backend=case.compile_backend)
     device_type = torch.device(case.device).type
     autocast = torch.autocast(device_type, dtype=getattr(torch, case.dtype), enabled=case.dtype != "float32")
     if case.section == "train":
