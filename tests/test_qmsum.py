@@ -24,6 +24,7 @@ from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
 from tisa_hf.embeddings.options import qmsum_parser  # noqa: E402
 from tisa_hf.embeddings.qmsum_data import read_meetings  # noqa: E402
 from tisa_hf.embeddings.ranking import LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
+from tisa_hf.embeddings.retrieval.readouts import MaxScorer  # noqa: E402
 
 SHARED_QMSUM = Path(__file__).resolve().parents[2] / "shared" / "longdoc" / "qmsum"
 REPEATED = "the group agreed on the sky and the sun"  # one summary of two meetings
@@ -238,7 +239,7 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
 
 @pytest.mark.parametrize(
     ("readout", "owner", "method"),
-    [("max", qmsum.Embedder, "document_vectors"), ("late", LateInteraction, "__call__")],
+    [("max", MaxScorer, "keep"), ("late", LateInteraction, "__call__")],
 )
 def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
     workspace, tmp_path, monkeypatch, readout, owner, method
@@ -269,12 +270,12 @@ def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
 
 
 def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):
-    from tisa_hf.common.spellings import parse_spelling
+    from tisa_hf.common.spellings import MAX, parse_spelling
     from tisa_hf.embeddings.longembed import prepare
     from tisa_hf.embeddings.options import longembed_parser
 
     tiny = str(workspace / "tiny")
-    assert parse_spelling(f"max:chunk:{tiny}").readout == "max"
+    assert parse_spelling(f"max:chunk:{tiny}").readout is MAX
     with pytest.raises(UsageError) as error:
         parse_spelling(f"max:trunc:{tiny}")
     assert str(error.value) == (

@@ -52,8 +52,9 @@ from .kept_embeddings import EMBEDDINGS_FOLDER, discard_kept, embed_documents
 from .lexical import bm25_scores
 from .longembed_data import RetrievalSet, build_task, text_haystack
 from .needles import NAMES
-from .options import longembed_parser
+from .options import LONGEMBED, longembed_parser
 from .ranking import answer_ranks, reciprocal_rank_fusion
+from .retrieval.readouts import scorer_for
 from .systems import (
     Embedder,
     HybridSpec,
@@ -128,7 +129,7 @@ def prepare(args: argparse.Namespace) -> Evaluation:
     models = dense_systems(systems)
     if not models:
         raise UsageError("Give a model among the systems: the documents are built from its tokenizer's tokens.")
-    check_readouts(models, "tisa-hf longembed", ("mean", "late"))
+    check_readouts(models, LONGEMBED)
     for spec in models:
         spec.check_lengths(settings["lengths"])
     tokenizer = shared_tokenizer(models)
@@ -270,7 +271,7 @@ def system_facts(system: RetrievalSystem) -> dict[str, Any]:
         return {"model": None, "reading": "hybrid", "fuses": [system.lexical, system.dense]}
     return {
         "model": system.facts.path,
-        "reading": system.reading,
+        "reading": system.reading.name,
         "tisa": system.effective_tisa.to_dict() if system.effective_tisa else None,
         "position_table_length": system.table_length,
     }
@@ -281,7 +282,7 @@ def keeps_documents(system: RetrievalSystem, length: int, batch_tokens: int) -> 
     interrupted cell resumes at its next document: for a model reading each document whole in a forward pass of
     its own anyway (`batch_tokens` holds one document), so that keeping them changes no number. Those are the
     cells of many CPU minutes."""
-    return isinstance(system, SystemSpec) and system.reading in ("full", "interp") and batch_tokens // length <= 1
+    return isinstance(system, SystemSpec) and system.reading.one_pass and batch_tokens // length <= 1
 
 
 def cell_scores(
@@ -302,35 +303,12 @@ def cell_scores(
     if isinstance(system, HybridSpec):
         parts = (np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
         return reciprocal_rank_fusion(*parts), {}
-    if system.readout == "late":
-        return late_cell_scores(system, embedder, retrieval, cell, evaluation, out, args)
-    queries = embedder.read(retrieval.query_ids)
+    scorer = scorer_for(embedder, retrieval.query_ids, torch_products=True)
     if not keeps_documents(system, retrieval.length, args.batch_tokens):
-        return (queries @ embedder.read(retrieval.documents, progress=label).T).numpy(), {}
-    kept = embed_documents(
-        lambda document: embedder.read([document]).numpy(),
-        retrieval.documents, kept_folder(out, system), cell, evaluation.record["settings"]["documents_sha256"],
-    )  # fmt: skip
-    return (queries @ torch.from_numpy(kept["embeddings"]).T).numpy(), kept["earlier"]
-
-
-def late_cell_scores(
-    system: SystemSpec,
-    embedder: Embedder,
-    retrieval: RetrievalSet,
-    cell: str,
-    evaluation: Evaluation,
-    out: Path,
-    args: argparse.Namespace,
-) -> tuple[np.ndarray, dict[str, float]]:
-    """`cell_scores` for the late: read-out: every text's token vectors (one forward pass a document), a document
-    scored by MaxSim as soon as it is read; a cell whose documents `keeps_documents` keeps each one's scores."""
-    read = embedder.late_scorer(retrieval.query_ids)
-    if not keeps_documents(system, retrieval.length, args.batch_tokens):
-        return np.concatenate([read(document) for document in retrieval.documents]).T, {}
+        return scorer.scores(*scorer.keep_all(retrieval.documents, label)), {}
     fingerprint = evaluation.record["settings"]["documents_sha256"]
-    kept = embed_documents(read, retrieval.documents, kept_folder(out, system), cell, fingerprint)
-    return kept["embeddings"].T, kept["earlier"]
+    kept = embed_documents(scorer.keep, retrieval.documents, kept_folder(out, system), cell, fingerprint)
+    return scorer.scores(kept["embeddings"], kept["windows"]), kept["earlier"]
 
 
 def kept_folder(out: Path, system: RetrievalSystem) -> Path:

@@ -44,6 +44,7 @@ from .options import qmsum_parser
 from .qmsum_data import Meetings, read_meetings
 from .query_groups import by_group, group_tables
 from .ranking import MEASURE_LABELS, MEASURES, answer_ranks, per_query, reciprocal_rank_fusion
+from .retrieval.readouts import scorer_for
 from .systems import (
     Embedder,
     HybridSpec,
@@ -183,12 +184,6 @@ def pending_systems(task: Task, out: Path) -> list[RetrievalSystem]:
     return [system for system in ordered(task.systems) if system.spec in pending]
 
 
-def best_window_scores(queries: np.ndarray, rows: np.ndarray, windows: list[int]) -> np.ndarray:
-    """(queries, documents): each document's best window's cosine similarity to each query."""
-    starts = np.cumsum([0, *windows[:-1]])
-    return np.maximum.reduceat(queries @ rows.T, starts, axis=1)
-
-
 def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The system's scores (queries x documents), with its throughput for a model."""
     if isinstance(system, LexicalSpec):
@@ -197,17 +192,10 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         parts = (np.load(scores_path(out, part, CELL)) for part in (system.lexical, system.dense))
         return {"scores": reciprocal_rank_fusion(*parts)}
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    embedder = Embedder(system, max(map(len, task.documents)), device, args.batch_tokens)
-    if system.readout == "late":
-        read = embedder.late_scorer(task.query_ids)  # a document is kept as its scores, one a query
-    else:
-        queries = embedder.read(task.query_ids).numpy()
-
-        def read(document: list[int]) -> np.ndarray:
-            return embedder.document_vectors(document).numpy()
-
+    scorer = scorer_for(Embedder(system, max(map(len, task.documents)), device, args.batch_tokens), task.query_ids)
     fingerprint = task.record["settings"]["tokens_sha256"]
-    documents = embed_documents(read, task.documents, out / EMBEDDINGS_FOLDER, file_name(system.spec), fingerprint)
+    folder = out / EMBEDDINGS_FOLDER
+    documents = embed_documents(scorer.keep, task.documents, folder, file_name(system.spec), fingerprint)
     throughput = {
         "documents": documents["documents"],
         "document_tokens": documents["tokens"],
@@ -216,16 +204,10 @@ def system_scores(system: RetrievalSystem, task: Task, out: Path, args: argparse
         "documents_per_s": round(documents["documents"] / documents["wall_time_s"], 3),
         "tokens_per_s": round(documents["tokens"] / documents["wall_time_s"], 1),
     }
-    if system.readout == "late":
-        scores = documents["embeddings"].T
-        vectors = [sum(len(piece) - 2 for piece in embedder.token_pieces(document)) for document in task.documents]
-        throughput["vectors_per_document"] = round(float(np.mean(vectors)), 1)
-    elif system.readout == "max":
-        scores = best_window_scores(queries, documents["embeddings"], documents["windows"])
-        throughput["vectors_per_document"] = round(float(np.mean(documents["windows"])), 1)
-    else:
-        scores = queries @ documents["embeddings"].T
-    return {"scores": scores, "throughput": throughput}
+    vectors = scorer.vectors_per_document(task.documents, documents["windows"])
+    if vectors is not None:
+        throughput["vectors_per_document"] = round(vectors, 1)
+    return {"scores": scorer.scores(documents["embeddings"], documents["windows"]), "throughput": throughput}
 
 
 def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int) -> dict[str, Any]:
