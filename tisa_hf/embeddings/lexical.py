@@ -6,7 +6,7 @@ lowercased, words of two or more word characters (`(?u)\\b\\w\\w+\\b`), no stemm
 tokenizer (`bm25`, `bm25:english`) bm25s' English stopwords removed; `bm25:plain` keeps every word.
 
 The spellings of the systems that read the text are this module's too: `bm25[:TOKENIZER]`, and the hybrid
-`hybrid:BM25+SYSTEM`, which fuses a BM25 system's ranking with a model system's (`ranking.py`).
+`hybrid:BM25+SYSTEM`, which fuses a BM25 system's ranking with a model system's (`retrieval/ranking.py`).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A model system (spelled as `common/spellings.py` reads it: `[READOUT][READING]MO
 `[READOUT]tisa:MODE:S:MODEL`) is a model (a sentence-transformers folder brings its own pooling, otherwise mean
 pooling) reading texts in the pieces its reading cuts (`Embedder`); every embedding is normalised, and texts are
 compared by cosine. What a retrieval command keeps of a document and how it scores it is the read-out's
-(`readouts.py`). Queries are read the same way as documents.
+(`retrieval/readouts.py`). Queries are read the same way as documents.
 
-Two systems embed nothing (the retrieval commands take them; `lexical.py`, `ranking.py`):
+Two systems embed nothing (the retrieval commands take them; `lexical.py`, `retrieval/ranking.py`):
 `bm25` (`bm25:TOKENIZER`), BM25 over the documents' text, and `hybrid:BM25+SYSTEM`, reciprocal-rank fusion
 (k = 60) of the rankings of a BM25 system and a model system, both given as systems of the same run too.
 """

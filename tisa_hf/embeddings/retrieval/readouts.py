@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ...common.spellings import LATE, MAX, MEAN, Readout
-from ..ranking import LateInteraction
 from ..systems import Embedder
+from .ranking import LateInteraction
 
 
 class Scorer(ABC):

@@ -30,35 +30,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from ..common.machine import machine, versions
-from ..common.paired import paired_per_query
-from ..common.result_files import (
+from ...common.machine import machine, versions
+from ...common.paired import paired_per_query
+from ...common.result_files import (
     check_out_folder,
     file_name,
     resumable_record,
-    save_array,
-    scores_path,
     write_record,
 )
-from ..common.tables import markdown_table, paired_cell
-from ..errors import UsageError
-from .kept_embeddings import EMBEDDINGS_FOLDER, discard_kept, embed_documents
-from .lexical import bm25_scores
-from .longembed_data import RetrievalSet, build_task, text_haystack
-from .needles import NAMES
-from .options import LONGEMBED, longembed_parser
-from .ranking import answer_ranks, reciprocal_rank_fusion
-from .retrieval.readouts import scorer_for
-from .systems import (
+from ...common.tables import markdown_table, paired_cell
+from ...errors import UsageError
+from ..options import LONGEMBED, longembed_parser
+from ..systems import (
     Embedder,
-    HybridSpec,
-    LexicalSpec,
     RetrievalSystem,
     SystemSpec,
     check_hybrid_parts,
@@ -68,6 +57,11 @@ from .systems import (
     parse_system,
     shared_tokenizer,
 )
+from .kept_embeddings import EMBEDDINGS_FOLDER, discard_kept
+from .longembed_data import RetrievalSet, build_task, text_haystack
+from .needles import NAMES
+from .ranking import answer_ranks
+from .scoring import Cell, Keeping, ordered, pending_cells, score, system_facts
 
 logger = logging.getLogger(__name__)
 
@@ -238,43 +232,16 @@ def format_tables(record: dict[str, Any]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-def ordered(systems: list[RetrievalSystem]) -> list[RetrievalSystem]:
-    """The systems in the given order, hybrids last (they fuse the others' scores)."""
-    return sorted(systems, key=lambda system: isinstance(system, HybridSpec))
-
-
-def pending_cells(evaluation: Evaluation, out: Path) -> dict[str, list[tuple[str, int]]]:
-    """Per system, the (task, length) cells to measure: those without a result, and those whose scores a hybrid
-    still to be measured needs and `scores/` lacks (a record from before scores were kept, say)."""
-    results = evaluation.record["results"]
-    lengths = evaluation.record["settings"]["lengths"]
-    cells = [(task, length) for task in evaluation.sets for length in lengths]
-    pending = {
-        system.spec: [(task, n) for task, n in cells if str(n) not in results.get(system.spec, {}).get(task, {})]
-        for system in evaluation.systems
-    }
-    for system in evaluation.systems:
-        if isinstance(system, HybridSpec):
-            for part in (system.lexical, system.dense):
-                pending[part] += [
-                    cell
-                    for cell in pending[system.spec]
-                    if cell not in pending[part] and not scores_path(out, part, f"{cell[0]}-{cell[1]}").is_file()
-                ]
-    return pending
-
-
-def system_facts(system: RetrievalSystem) -> dict[str, Any]:
-    if isinstance(system, LexicalSpec):
-        return {"model": None, "reading": "bm25", "tokenizer": system.tokenizer}
-    if isinstance(system, HybridSpec):
-        return {"model": None, "reading": "hybrid", "fuses": [system.lexical, system.dense]}
-    return {
-        "model": system.facts.path,
-        "reading": system.reading.name,
-        "tisa": system.effective_tisa.to_dict() if system.effective_tisa else None,
-        "position_table_length": system.table_length,
-    }
+def cell_of(retrieval: RetrievalSet, tokenizer: PreTrainedTokenizerBase) -> Cell:
+    """A task at a length as the runner's cell, named `TASK-LENGTH`; BM25 reads the documents' tokens decoded,
+    special tokens left out."""
+    return Cell(
+        f"{retrieval.task}-{retrieval.length}",
+        retrieval.documents,
+        retrieval.query_ids,
+        retrieval.queries,
+        lambda: tokenizer.batch_decode(retrieval.documents, skip_special_tokens=True),
+    )
 
 
 def keeps_documents(system: RetrievalSystem, length: int, batch_tokens: int) -> bool:
@@ -283,32 +250,6 @@ def keeps_documents(system: RetrievalSystem, length: int, batch_tokens: int) -> 
     its own anyway (`batch_tokens` holds one document), so that keeping them changes no number. Those are the
     cells of many CPU minutes."""
     return isinstance(system, SystemSpec) and system.reading.one_pass and batch_tokens // length <= 1
-
-
-def cell_scores(
-    system: RetrievalSystem,
-    embedder: Embedder | None,
-    retrieval: RetrievalSet,
-    evaluation: Evaluation,
-    out: Path,
-    args: argparse.Namespace,
-    label: str | None,
-) -> tuple[np.ndarray, dict[str, float]]:
-    """The system's scores (queries x documents) of one cell, and the time that earlier runs spent on its kept
-    documents."""
-    if isinstance(system, LexicalSpec):
-        texts = evaluation.tokenizer.batch_decode(retrieval.documents, skip_special_tokens=True)
-        return bm25_scores(texts, retrieval.queries, system.tokenizer), {}
-    cell = f"{retrieval.task}-{retrieval.length}"
-    if isinstance(system, HybridSpec):
-        parts = (np.load(scores_path(out, part, cell)) for part in (system.lexical, system.dense))
-        return reciprocal_rank_fusion(*parts), {}
-    scorer = scorer_for(embedder, retrieval.query_ids, torch_products=True)
-    if not keeps_documents(system, retrieval.length, args.batch_tokens):
-        return scorer.scores(*scorer.keep_all(retrieval.documents, label)), {}
-    fingerprint = evaluation.record["settings"]["documents_sha256"]
-    kept = embed_documents(scorer.keep, retrieval.documents, kept_folder(out, system), cell, fingerprint)
-    return scorer.scores(kept["embeddings"], kept["windows"]), kept["earlier"]
 
 
 def kept_folder(out: Path, system: RetrievalSystem) -> Path:
@@ -324,25 +265,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     here = machine(device)  # the record's last writer; each cell names its own, since a resumed run may move
     record.update(versions=versions(), machine=here)
     lengths = record["settings"]["lengths"]
-    pending = pending_cells(evaluation, out)
+    cells = {f"{task}-{length}": (task, length) for task in evaluation.sets for length in lengths}
+
+    def measured(spec: str, name: str) -> bool:
+        task, length = cells[name]
+        return str(length) in record["results"].get(spec, {}).get(task, {})
+
+    pending = pending_cells(evaluation.systems, list(cells), measured, out)
     interactive = sys.stderr.isatty()
-    cells = tqdm(total=sum(map(len, pending.values())), desc="longembed", disable=not interactive)
+    progress = tqdm(total=sum(map(len, pending.values())), desc="longembed", disable=not interactive)
     for system in ordered(evaluation.systems):
         if not pending[system.spec]:
             continue
         loads = isinstance(system, SystemSpec)
         embedder = Embedder(system, lengths[-1], device, args.batch_tokens) if loads else None
         record["systems"][system.spec] = system_facts(system)
-        for task, length in pending[system.spec]:
+        for name in pending[system.spec]:
+            task, length = cells[name]
             started, cpu_started = time.perf_counter(), time.process_time()
             retrieval = evaluation.sets[task][length]
+            keeping = None
+            if keeps_documents(system, length, args.batch_tokens):
+                keeping = Keeping(kept_folder(out, system), name, record["settings"]["documents_sha256"])
             label = f"{system.spec} {task} {length}" if interactive else None
-            scores, earlier = cell_scores(system, embedder, retrieval, evaluation, out, args, label)
-            save_array(scores_path(out, system.spec, f"{task}-{length}"), scores)
-            correct = [int(rank == 1) for rank in answer_ranks(scores, retrieval.answers)]
+            cell = cell_of(retrieval, evaluation.tokenizer)
+            scored = score(system, cell, out, embedder, keeping, torch_products=True, progress=label)
+            earlier = scored.kept["earlier"] if scored.kept else {}
+            correct = [int(rank == 1) for rank in answer_ranks(scored.scores, retrieval.answers)]
             wall_time = time.perf_counter() - started + earlier.get("wall_time_s", 0)
             cpu_time = time.process_time() - cpu_started + earlier.get("cpu_time_s", 0)
-            cell = {
+            result = {
                 "acc_at_1": sum(correct) / len(correct),
                 "correct": correct,
                 "wall_time_s": round(wall_time, 2),
@@ -350,15 +302,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "machine": here,
             }
             if earlier.get("documents"):
-                cell["resumed_after_documents"] = earlier["documents"]
-            record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = cell
+                result["resumed_after_documents"] = earlier["documents"]
+            record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = result
             write_record(record, out / RESULTS_FILE)
-            discard_kept(kept_folder(out, system), f"{task}-{length}")
-            cells.update()
-            summary = f"Acc@1 {cell['acc_at_1']:.3f} ({cell['wall_time_s']:.1f} s, {cell['cpu_time_s']:.1f} s CPU)"
+            discard_kept(kept_folder(out, system), name)
+            progress.update()
+            summary = (
+                f"Acc@1 {result['acc_at_1']:.3f} ({result['wall_time_s']:.1f} s, {result['cpu_time_s']:.1f} s CPU)"
+            )
             logger.info("%s %s %d tokens: %s", system.spec, task, length, summary)
         del embedder
-    cells.close()
+    progress.close()
     record["paired"] = {
         reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
     }
