@@ -275,7 +275,7 @@ def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
 def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):
     from tisa_hf.common.spellings import MAX, parse_spelling
     from tisa_hf.embeddings.options import longembed_parser
-    from tisa_hf.embeddings.retrieval.longembed import prepare
+    from tisa_hf.embeddings.retrieval.longembed import LongEmbedRetrieval
 
     tiny = str(workspace / "tiny")
     assert parse_spelling(f"max:chunk:{tiny}").readout is MAX
@@ -286,7 +286,7 @@ def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_pa
     )
     args = longembed_parser().parse_args([f"max:chunk:{tiny}", "--out", str(tmp_path / "le"), "--lengths", "32"])
     with pytest.raises(UsageError) as error:
-        prepare(args)
+        LongEmbedRetrieval(args)
     assert str(error.value) == (
         f"max:chunk:{tiny}: tisa-hf longembed does not take the max: read-out; tisa-hf qmsum and tisa-hf spans do."
     )

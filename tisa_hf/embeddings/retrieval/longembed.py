@@ -26,7 +26,6 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +70,6 @@ TABLES_FILE = "longembed.md"
 LENGTH_UNIT = "tokens of the models' tokenizer, [CLS] and [SEP] included"
 
 
-@dataclass
-class Evaluation:
-    """What a run measures, checked and built before any model loads: the systems, the retrieval sets per task
-    and length, and the record so far (a resumed one, or a new one)."""
-
-    systems: list[RetrievalSystem]
-    sets: dict[str, dict[int, RetrievalSet]]
-    record: dict[str, Any]
-    tokenizer: PreTrainedTokenizerBase
-
-
 def requested_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "tasks": list(args.tasks),
@@ -112,37 +100,6 @@ def documents_digest(sets: dict[str, dict[int, RetrievalSet]]) -> str:
         for length, retrieval in per_length.items():
             digest.update(json.dumps([task, length, retrieval.documents, retrieval.query_ids]).encode())
     return digest.hexdigest()
-
-
-def prepare(args: argparse.Namespace) -> Evaluation:
-    """Checks everything and builds every document; loads no weights."""
-    resumed = check_settings(args)
-    settings = requested_settings(args)
-    systems = [parse_system(spec) for spec in args.systems]
-    check_hybrid_parts(systems)
-    models = dense_systems(systems)
-    if not models:
-        raise UsageError("Give a model among the systems: the documents are built from its tokenizer's tokens.")
-    check_readouts(models, LONGEMBED)
-    for spec in models:
-        spec.check_lengths(settings["lengths"])
-    tokenizer = shared_tokenizer(models)
-    stream = text_haystack(args.text, tokenizer) if "needle" in args.tasks else None
-    sets = {
-        task: {
-            length: build_task(task, length, tokenizer, args.documents, args.queries, args.seed, stream)
-            for length in settings["lengths"]
-        }
-        for task in args.tasks
-    }
-    settings["documents_sha256"] = documents_digest(sets)
-    if resumed is not None and resumed["settings"]["documents_sha256"] != settings["documents_sha256"]:
-        raise UsageError(
-            f"{Path(args.out) / RESULTS_FILE} was measured on other documents (another tokenizer or text); choose "
-            "another --out, or pass --overwrite to start over."
-        )
-    record = resumed or {"settings": settings, "systems": {}, "results": {}, "paired": {}}
-    return Evaluation(systems, sets, record, tokenizer)
 
 
 def paired_to(record: dict[str, Any], reference: str, resamples: int, seed: int) -> dict[str, Any]:
@@ -256,70 +213,120 @@ def kept_folder(out: Path, system: RetrievalSystem) -> Path:
     return out / EMBEDDINGS_FOLDER / file_name(system.spec)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    evaluation = prepare(args)
-    record = evaluation.record
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    here = machine(device)  # the record's last writer; each cell names its own, since a resumed run may move
-    record.update(versions=versions(), machine=here)
-    lengths = record["settings"]["lengths"]
-    cells = {f"{task}-{length}": (task, length) for task in evaluation.sets for length in lengths}
+class LongEmbedRetrieval:
+    """The passkey and needle tasks at every length, as a sentence-transformers evaluator is built: the options in
+    the constructor, which checks everything and builds every document (`longembed_data.py`) before any model
+    loads; a call measures every pending (system, task, length) cell on the runner (`scoring.py`) and returns the
+    record."""
 
-    def measured(spec: str, name: str) -> bool:
-        task, length = cells[name]
-        return str(length) in record["results"].get(spec, {}).get(task, {})
-
-    pending = pending_cells(evaluation.systems, list(cells), measured, out)
-    interactive = sys.stderr.isatty()
-    progress = tqdm(total=sum(map(len, pending.values())), desc="longembed", disable=not interactive)
-    for system in ordered(evaluation.systems):
-        if not pending[system.spec]:
-            continue
-        loads = isinstance(system, SystemSpec)
-        embedder = Embedder(system, lengths[-1], device, args.batch_tokens) if loads else None
-        record["systems"][system.spec] = system_facts(system)
-        for name in pending[system.spec]:
-            task, length = cells[name]
-            started, cpu_started = time.perf_counter(), time.process_time()
-            retrieval = evaluation.sets[task][length]
-            keeping = None
-            if keeps_documents(system, length, args.batch_tokens):
-                keeping = Keeping(kept_folder(out, system), name, record["settings"]["documents_sha256"])
-            label = f"{system.spec} {task} {length}" if interactive else None
-            cell = cell_of(retrieval, evaluation.tokenizer)
-            scored = score(system, cell, out, embedder, keeping, torch_products=True, progress=label)
-            earlier = scored.kept["earlier"] if scored.kept else {}
-            correct = [int(rank == 1) for rank in answer_ranks(scored.scores, retrieval.answers)]
-            wall_time = time.perf_counter() - started + earlier.get("wall_time_s", 0)
-            cpu_time = time.process_time() - cpu_started + earlier.get("cpu_time_s", 0)
-            result = {
-                "acc_at_1": sum(correct) / len(correct),
-                "correct": correct,
-                "wall_time_s": round(wall_time, 2),
-                "cpu_time_s": round(cpu_time, 2),  # every thread's: shared cores inflate it
-                "machine": here,
+    def __init__(self, args: argparse.Namespace) -> None:
+        resumed = check_settings(args)
+        settings = requested_settings(args)
+        systems = [parse_system(spec) for spec in args.systems]
+        check_hybrid_parts(systems)
+        models = dense_systems(systems)
+        if not models:
+            raise UsageError("Give a model among the systems: the documents are built from its tokenizer's tokens.")
+        check_readouts(models, LONGEMBED)
+        for spec in models:
+            spec.check_lengths(settings["lengths"])
+        tokenizer = shared_tokenizer(models)
+        stream = text_haystack(args.text, tokenizer) if "needle" in args.tasks else None
+        sets = {
+            task: {
+                length: build_task(task, length, tokenizer, args.documents, args.queries, args.seed, stream)
+                for length in settings["lengths"]
             }
-            if earlier.get("documents"):
-                result["resumed_after_documents"] = earlier["documents"]
-            record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = result
-            write_record(record, out / RESULTS_FILE)
-            discard_kept(kept_folder(out, system), name)
-            progress.update()
-            summary = (
-                f"Acc@1 {result['acc_at_1']:.3f} ({result['wall_time_s']:.1f} s, {result['cpu_time_s']:.1f} s CPU)"
+            for task in args.tasks
+        }
+        settings["documents_sha256"] = documents_digest(sets)
+        if resumed is not None and resumed["settings"]["documents_sha256"] != settings["documents_sha256"]:
+            raise UsageError(
+                f"{Path(args.out) / RESULTS_FILE} was measured on other documents (another tokenizer or text); choose "
+                "another --out, or pass --overwrite to start over."
             )
-            logger.info("%s %s %d tokens: %s", system.spec, task, length, summary)
-        del embedder
-    progress.close()
-    record["paired"] = {
-        reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
-    }
-    write_record(record, out / RESULTS_FILE)
-    (out / TABLES_FILE).write_text(format_tables(record))
-    accuracy_figure(record).savefig(out / PLOT_FILE, dpi=110)
-    return record
+        self.args, self.out, self.systems, self.sets, self.tokenizer = args, Path(args.out), systems, sets, tokenizer
+        self.record = resumed or {"settings": settings, "systems": {}, "results": {}, "paired": {}}
+
+    def measure(
+        self,
+        system: RetrievalSystem,
+        embedder: Embedder | None,
+        name: str,
+        retrieval: RetrievalSet,
+        here: dict[str, Any],
+    ) -> dict[str, Any]:
+        """One cell's result: each query's hit, Acc@1, and the time spent (earlier runs' on its kept documents
+        included), on the machine `here`."""
+        started, cpu_started = time.perf_counter(), time.process_time()
+        keeping = None
+        if keeps_documents(system, retrieval.length, self.args.batch_tokens):
+            keeping = Keeping(kept_folder(self.out, system), name, self.record["settings"]["documents_sha256"])
+        label = f"{system.spec} {retrieval.task} {retrieval.length}" if sys.stderr.isatty() else None
+        cell = cell_of(retrieval, self.tokenizer)
+        scored = score(system, cell, self.out, embedder, keeping, torch_products=True, progress=label)
+        earlier = scored.kept["earlier"] if scored.kept else {}
+        correct = [int(rank == 1) for rank in answer_ranks(scored.scores, retrieval.answers)]
+        wall_time = time.perf_counter() - started + earlier.get("wall_time_s", 0)
+        cpu_time = time.process_time() - cpu_started + earlier.get("cpu_time_s", 0)
+        result = {
+            "acc_at_1": sum(correct) / len(correct),
+            "correct": correct,
+            "wall_time_s": round(wall_time, 2),
+            "cpu_time_s": round(cpu_time, 2),  # every thread's: shared cores inflate it
+            "machine": here,
+        }
+        if earlier.get("documents"):
+            result["resumed_after_documents"] = earlier["documents"]
+        return result
+
+    def __call__(self) -> dict[str, Any]:
+        """Measures every pending cell and writes the record, tables and plot; returns the record."""
+        record, out, args = self.record, self.out, self.args
+        out.mkdir(parents=True, exist_ok=True)
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        here = machine(device)  # the record's last writer; each cell names its own, since a resumed run may move
+        record.update(versions=versions(), machine=here)
+        lengths = record["settings"]["lengths"]
+        cells = {f"{task}-{length}": (task, length) for task in self.sets for length in lengths}
+
+        def measured(spec: str, name: str) -> bool:
+            task, length = cells[name]
+            return str(length) in record["results"].get(spec, {}).get(task, {})
+
+        pending = pending_cells(self.systems, list(cells), measured, out)
+        interactive = sys.stderr.isatty()
+        progress = tqdm(total=sum(map(len, pending.values())), desc="longembed", disable=not interactive)
+        for system in ordered(self.systems):
+            if not pending[system.spec]:
+                continue
+            loads = isinstance(system, SystemSpec)
+            embedder = Embedder(system, lengths[-1], device, args.batch_tokens) if loads else None
+            record["systems"][system.spec] = system_facts(system)
+            for name in pending[system.spec]:
+                task, length = cells[name]
+                result = self.measure(system, embedder, name, self.sets[task][length], here)
+                record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = result
+                write_record(record, out / RESULTS_FILE)
+                discard_kept(kept_folder(out, system), name)
+                progress.update()
+                summary = (
+                    f"Acc@1 {result['acc_at_1']:.3f} ({result['wall_time_s']:.1f} s, {result['cpu_time_s']:.1f} s CPU)"
+                )
+                logger.info("%s %s %d tokens: %s", system.spec, task, length, summary)
+            del embedder
+        progress.close()
+        record["paired"] = {
+            reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
+        }
+        write_record(record, out / RESULTS_FILE)
+        (out / TABLES_FILE).write_text(format_tables(record))
+        accuracy_figure(record).savefig(out / PLOT_FILE, dpi=110)
+        return record
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    return LongEmbedRetrieval(args)()
 
 
 def main(argv: list[str] | None = None) -> int:
