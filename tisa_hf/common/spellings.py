@@ -151,7 +151,7 @@ def parse_spelling(spec: str) -> Spelling:
     model, tisa = rest.removeprefix(reading.prefix), None
     if reading is WHOLE and model.startswith(TISA_PREFIX):
         mode, kernels, model = (model.removeprefix(TISA_PREFIX).split(":", 2) + ["", ""])[:3]
-        if mode not in ("add", "replace") or not kernels.isdigit() or not model:
+        if mode not in ("add", "replace") or not kernels.isdigit() or kernels != str(int(kernels)) or not model:
             raise UsageError(f"{spec}: write tisa:MODE:S:MODEL, MODE add or replace and S a whole number.")
         tisa = TisaConfig(num_kernels=int(kernels), mode=mode)
     misplaced = next((prefix for prefix in PREFIXES if model.startswith(prefix)), None)
