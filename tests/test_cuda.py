@@ -171,7 +171,7 @@ def test_patching_a_model_on_the_gpu_fits_its_kernels_there():
 
 
 def test_late_interaction_on_the_gpu_equals_the_cpu_one(monkeypatch):
-    from tisa_hf.embeddings import ranking
+    from tisa_hf.embeddings.retrieval import ranking
 
     monkeypatch.setattr(ranking, "MAXSIM_BLOCK_PRODUCTS", 4096)  # blocks of 5 query tokens against 700 tokens
     generator = torch.Generator().manual_seed(0)

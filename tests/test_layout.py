@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tisa_hf.finetune.classify",
         "tisa_hf.adapt",
         "tisa_hf.embeddings",
+        "tisa_hf.embeddings.retrieval",
         "tisa_hf.analysis",
         "tisa_hf.performance",
         "tisa_hf.demo",
@@ -158,6 +159,19 @@ def test_no_module_imports_a_layer_above_its_own():
         for module, targets in import_graph().items()
         for target in targets
         if layer_of(target) > layer_of(module)
+    ]
+    assert upward == []
+
+
+def test_the_retrieval_runner_builds_on_the_embedding_modules_never_the_reverse():
+    """embeddings/retrieval/ (the runner, its tasks) uses embeddings/ (the systems, their options, BM25, sts), which
+    never imports it: a folder inside a layer imports downward too."""
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        if module.startswith("tisa_hf.embeddings") and not module.startswith("tisa_hf.embeddings.retrieval")
+        for target in targets
+        if target.startswith("tisa_hf.embeddings.retrieval")
     ]
     assert upward == []
 

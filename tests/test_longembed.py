@@ -23,12 +23,12 @@ from tisa_hf.errors import UsageError
 pytest.importorskip("sentence_transformers")
 from tisa_hf.common.machine import machine  # noqa: E402
 from tisa_hf.common.result_files import file_name, scores_path  # noqa: E402
-from tisa_hf.embeddings import longembed  # noqa: E402
 from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
-from tisa_hf.embeddings.longembed_data import build_task, text_haystack  # noqa: E402
-from tisa_hf.embeddings.needles import NAMES, needle_facts  # noqa: E402
 from tisa_hf.embeddings.options import longembed_parser, qmsum_parser, sts_parser  # noqa: E402
-from tisa_hf.embeddings.ranking import answer_ranks, reciprocal_rank_fusion  # noqa: E402
+from tisa_hf.embeddings.retrieval import longembed  # noqa: E402
+from tisa_hf.embeddings.retrieval.longembed_data import build_task, text_haystack  # noqa: E402
+from tisa_hf.embeddings.retrieval.needles import NAMES, needle_facts  # noqa: E402
+from tisa_hf.embeddings.retrieval.ranking import answer_ranks, reciprocal_rank_fusion  # noqa: E402
 from tisa_hf.embeddings.systems import Embedder, SystemSpec  # noqa: E402
 
 TABLE = 32

@@ -19,11 +19,15 @@ from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("bm25s")
-from tisa_hf.embeddings import qmsum  # noqa: E402
+from tisa_hf.common.result_files import file_name, scores_path  # noqa: E402
 from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
 from tisa_hf.embeddings.options import qmsum_parser  # noqa: E402
-from tisa_hf.embeddings.qmsum_data import read_meetings  # noqa: E402
-from tisa_hf.embeddings.ranking import LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
+from tisa_hf.embeddings.retrieval import qmsum  # noqa: E402
+from tisa_hf.embeddings.retrieval.corpus_task import cut  # noqa: E402
+from tisa_hf.embeddings.retrieval.qmsum_data import read_meetings  # noqa: E402
+from tisa_hf.embeddings.retrieval.ranking import LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
+from tisa_hf.embeddings.retrieval.readouts import MaxScorer  # noqa: E402
+from tisa_hf.embeddings.systems import Embedder  # noqa: E402
 
 SHARED_QMSUM = Path(__file__).resolve().parents[2] / "shared" / "longdoc" / "qmsum"
 REPEATED = "the group agreed on the sky and the sun"  # one summary of two meetings
@@ -98,7 +102,7 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
     meetings = read_meetings(workspace / "qmsum")
     lexical = bm25_scores(meetings.documents, meetings.queries, "english")
     assert record["results"]["bm25"]["ranks"] == answer_ranks(lexical, meetings.answers)
-    dense = np.load(qmsum.scores_path(tmp_path / "out", chunk, "qmsum"))
+    dense = np.load(scores_path(tmp_path / "out", chunk, "qmsum"))
     fused = reciprocal_rank_fusion(lexical, dense)
     assert record["results"][hybrid]["ranks"] == answer_ranks(fused, meetings.answers)
     for name, result in record["results"].items():
@@ -123,7 +127,7 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
 def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path, loaded, monkeypatch):
     tiny = f"chunk:{workspace / 'tiny'}"
     whole = qmsum.run(arguments(workspace, tmp_path / "whole", tiny))
-    read = qmsum.Embedder.read
+    read = Embedder.read
     calls = []
 
     def failing(self, sequences, progress=None):
@@ -132,13 +136,13 @@ def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path,
             raise KeyboardInterrupt
         return read(self, sequences, progress)
 
-    monkeypatch.setattr(qmsum.Embedder, "read", failing)
+    monkeypatch.setattr(Embedder, "read", failing)
     with pytest.raises(KeyboardInterrupt):
         qmsum.run(arguments(workspace, tmp_path / "out", tiny))
-    monkeypatch.setattr(qmsum.Embedder, "read", read)
+    monkeypatch.setattr(Embedder, "read", read)
     read_documents = []
     monkeypatch.setattr(
-        qmsum.Embedder, "read", lambda self, s, progress=None: read_documents.append(len(s)) or read(self, s, progress)
+        Embedder, "read", lambda self, s, progress=None: read_documents.append(len(s)) or read(self, s, progress)
     )
     resumed = qmsum.run(arguments(workspace, tmp_path / "out", tiny))
     assert read_documents == [10, 1, 1]  # the queries, then documents 3 and 4 only
@@ -211,14 +215,14 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
     record = qmsum.run(arguments(workspace, tmp_path / "out", chunked, whole))
     meetings = read_meetings(workspace / "qmsum")
     tokenizer = tiny_tokenizer()
-    documents = [qmsum.cut(ids, 200) for ids in tokenizer(meetings.documents)["input_ids"]]
+    documents = [cut(ids, 200) for ids in tokenizer(meetings.documents)["input_ids"]]
     queries = tokenizer(meetings.queries)["input_ids"]
 
     plain = AutoModel.from_pretrained(tiny).eval()
     expected = reference_best_windows(
         plain, documents, queries, lambda ids: torch.stack([direct_embedding(plain, c) for c in chunks_of(ids, 32)])
     )
-    got = np.load(qmsum.scores_path(tmp_path / "out", chunked, "qmsum"))
+    got = np.load(scores_path(tmp_path / "out", chunked, "qmsum"))
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
     patched = AutoModel.from_pretrained(tiny, tisa=TisaConfig(num_kernels=2, mode="replace")).eval()
@@ -229,7 +233,7 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
         return F.normalize(torch.stack([body[start : start + 30].mean(0) for start in range(0, len(body), 30)]), dim=-1)
 
     expected = reference_best_windows(patched, documents, queries, windows_in_context)
-    got = np.load(qmsum.scores_path(tmp_path / "out", whole, "qmsum"))
+    got = np.load(scores_path(tmp_path / "out", whole, "qmsum"))
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
     assert record["results"][whole]["ranks"] == answer_ranks(got, meetings.answers)
     windows = [-(-(len(ids) - 2) // 30) for ids in documents]
@@ -238,7 +242,7 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
 
 @pytest.mark.parametrize(
     ("readout", "owner", "method"),
-    [("max", qmsum.Embedder, "document_vectors"), ("late", LateInteraction, "__call__")],
+    [("max", MaxScorer, "keep"), ("late", LateInteraction, "__call__")],
 )
 def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
     workspace, tmp_path, monkeypatch, readout, owner, method
@@ -262,19 +266,19 @@ def test_an_interrupted_multi_vector_readout_resumes_with_its_rows(
     monkeypatch.setattr(owner, method, real)
     resumed = qmsum.run(arguments(workspace, tmp_path / "out", system))
     np.testing.assert_array_equal(
-        np.load(qmsum.scores_path(tmp_path / "out", system, "qmsum")),
-        np.load(qmsum.scores_path(tmp_path / "whole", system, "qmsum")),
+        np.load(scores_path(tmp_path / "out", system, "qmsum")),
+        np.load(scores_path(tmp_path / "whole", system, "qmsum")),
     )
     assert resumed["results"][system]["ranks"] == whole["results"][system]["ranks"]
 
 
 def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_path):
-    from tisa_hf.common.spellings import parse_spelling
-    from tisa_hf.embeddings.longembed import prepare
+    from tisa_hf.common.spellings import MAX, parse_spelling
     from tisa_hf.embeddings.options import longembed_parser
+    from tisa_hf.embeddings.retrieval.longembed import LongEmbedRetrieval
 
     tiny = str(workspace / "tiny")
-    assert parse_spelling(f"max:chunk:{tiny}").readout == "max"
+    assert parse_spelling(f"max:chunk:{tiny}").readout is MAX
     with pytest.raises(UsageError) as error:
         parse_spelling(f"max:trunc:{tiny}")
     assert str(error.value) == (
@@ -282,7 +286,7 @@ def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_pa
     )
     args = longembed_parser().parse_args([f"max:chunk:{tiny}", "--out", str(tmp_path / "le"), "--lengths", "32"])
     with pytest.raises(UsageError) as error:
-        prepare(args)
+        LongEmbedRetrieval(args)
     assert str(error.value) == (
         f"max:chunk:{tiny}: tisa-hf longembed does not take the max: read-out; tisa-hf qmsum and tisa-hf spans do."
     )
@@ -302,7 +306,7 @@ def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_each_docu
     record = qmsum.run(arguments(workspace, tmp_path / "out", chunked, whole))
     meetings = read_meetings(workspace / "qmsum")
     tokenizer = tiny_tokenizer()
-    documents = [qmsum.cut(ids, 200) for ids in tokenizer(meetings.documents)["input_ids"]]
+    documents = [cut(ids, 200) for ids in tokenizer(meetings.documents)["input_ids"]]
     queries = tokenizer(meetings.queries)["input_ids"]
 
     def token_states(model, ids):
@@ -321,9 +325,9 @@ def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_each_docu
         document_tokens = [read(ids) for ids in documents]
         query_tokens = [read(ids) for ids in queries]
         expected = [[maxsim(query, document) for document in document_tokens] for query in query_tokens]
-        got = np.load(qmsum.scores_path(tmp_path / "out", system, "qmsum"))
+        got = np.load(scores_path(tmp_path / "out", system, "qmsum"))
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
-        kept = np.load(tmp_path / "out" / "embeddings" / f"{qmsum.file_name(system)}.npy")
+        kept = np.load(tmp_path / "out" / "embeddings" / f"{file_name(system)}.npy")
         np.testing.assert_array_equal(kept, got.T)
         assert record["results"][system]["ranks"] == answer_ranks(got, meetings.answers)
         tokens = round(float(np.mean([len(ids) - 2 for ids in documents])), 1)

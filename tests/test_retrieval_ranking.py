@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tisa_hf.embeddings import ranking
-from tisa_hf.embeddings.ranking import answer_ranks, per_query, reciprocal_rank_fusion
+from tisa_hf.embeddings.retrieval import ranking
+from tisa_hf.embeddings.retrieval.ranking import answer_ranks, per_query, reciprocal_rank_fusion
 from tisa_hf.errors import UsageError
 
 

@@ -15,9 +15,9 @@ from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("bm25s")
-from tisa_hf.embeddings import spans  # noqa: E402
-from tisa_hf.embeddings.ranking import per_query  # noqa: E402
-from tisa_hf.embeddings.span_data import read_span_task, span_starts  # noqa: E402
+from tisa_hf.embeddings.retrieval import spans  # noqa: E402
+from tisa_hf.embeddings.retrieval.ranking import per_query  # noqa: E402
+from tisa_hf.embeddings.retrieval.span_data import read_span_task, span_starts  # noqa: E402
 
 SHARED_TEST_TEXT = Path(__file__).resolve().parents[2] / "shared" / "text" / "wikitext-2" / "test.txt"
 
@@ -76,7 +76,7 @@ def test_depth_buckets_count_tokens_before_each_passage_and_average_its_ranks(tm
     pieces = [[len(tokenizer.tokenize(word)) for word in document.split()] for document in task.documents]
     expected_depths = [1 + sum(pieces[answer][:depth]) for answer, depth in zip(task.answers, task.depths, strict=True)]
     assert expected_depths != [depth + 1 for depth in task.depths]  # some words are several tokens
-    depths, unit = spans.passage_depths(task, [f"trunc:{tiny}"])
+    depths, unit = spans.passage_depths(task, tokenizer)
     assert unit == "tokens" and depths == expected_depths
     buckets = record["by_depth"]
     assert sum(bucket["queries"] for bucket in buckets.values()) == len(task.queries) == 9
@@ -85,7 +85,7 @@ def test_depth_buckets_count_tokens_before_each_passage_and_average_its_ranks(tm
     assert buckets["0-512 tokens"]["queries"] == int(first.sum())
     assert buckets["0-512 tokens"]["systems"]["bm25"]["acc_at_1"] == pytest.approx(ranks[first].mean())
     assert "by where the passage starts" in (out / "spans.md").read_text()
-    assert spans.passage_depths(task, ["bm25"]) == (task.depths, "words")
+    assert spans.passage_depths(task, None) == (task.depths, "words")
 
 
 @pytest.mark.skipif(not SHARED_TEST_TEXT.is_file(), reason="../shared/text/wikitext-2 is absent")

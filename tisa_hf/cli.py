@@ -86,17 +86,17 @@ COMMANDS: dict[str, Command] = {
         "Teacher agreement and masked-token loss against input length.",
     ),
     "longembed": Command(
-        "tisa_hf.embeddings.longembed",
+        "tisa_hf.embeddings.retrieval.longembed",
         "tisa_hf.embeddings.options:longembed_parser",
         "Passkey and needle retrieval (Acc@1) against document length.",
     ),
     "qmsum": Command(
-        "tisa_hf.embeddings.qmsum",
+        "tisa_hf.embeddings.retrieval.qmsum",
         "tisa_hf.embeddings.options:qmsum_parser",
         "LongEmbed's QMSum retrieval (nDCG@10) of long meeting transcripts, with BM25 and hybrids.",
     ),
     "spans": Command(
-        "tisa_hf.embeddings.spans",
+        "tisa_hf.embeddings.retrieval.spans",
         "tisa_hf.embeddings.options:spans_parser",
         "Passages of WikiText articles find their article (development task of long reading), by passage depth.",
     ),

@@ -49,7 +49,7 @@ from ..common.interpolation import PositionInterpolation
 from ..common.machine import checked_device, machine, versions
 from ..common.paired import paired_to
 from ..common.result_files import FinishedCells, check_writable, replace_atomically, write_text_atomically
-from ..common.spellings import parse_spelling
+from ..common.spellings import INTERP, MEAN, WHOLE, parse_spelling
 from ..common.tables import markdown_table, paired_cell
 from ..common.text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 from ..errors import UsageError
@@ -75,9 +75,9 @@ class ModelSpec:
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
         spelling = parse_spelling(spec)
-        if spelling.reading not in ("full", "interp") or spelling.tisa is not None or spelling.readout != "mean":
+        if spelling.reading not in (WHOLE, INTERP) or spelling.tisa is not None or spelling.readout is not MEAN:
             raise UsageError(f"{spec}: lm-eval reads a checkpoint whole or interpolated (interp:MODEL).")
-        interpolated = spelling.reading == "interp"
+        interpolated = spelling.reading.stretches
         facts = CheckpointFacts.read(spelling.model, "model")
         if interpolated and facts.tisa is not None:
             raise UsageError(f"{spec}: interpolation stretches a position table; give the unpatched model.")

@@ -4,6 +4,9 @@ bm25s' defaults: the Lucene variant (idf = ln(1 + (N - df + 0.5) / (df + 0.5)); 
 tf / (tf + k1 (1 - b + b |d| / avgdl))), k1 = 1.5, b = 0.75. Texts are tokenised by bm25s' own tokenizer:
 lowercased, words of two or more word characters (`(?u)\\b\\w\\w+\\b`), no stemming, and with the `english`
 tokenizer (`bm25`, `bm25:english`) bm25s' English stopwords removed; `bm25:plain` keeps every word.
+
+The spellings of the systems that read the text are this module's too: `bm25[:TOKENIZER]`, and the hybrid
+`hybrid:BM25+SYSTEM`, which fuses a BM25 system's ranking with a model system's (`retrieval/ranking.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,29 @@ from ..errors import UsageError
 BM25_NAME = "bm25"
 STOPWORDS = {"english": "english", "plain": None}  # tokenizer name -> bm25s' stopwords
 DEFAULT_TOKENIZER = "english"
+HYBRID_PREFIX = "hybrid:"
+TEXT_SYSTEMS_HELP = {
+    BM25_NAME: "BM25 on the text, English stopwords removed; bm25:plain keeps them",
+    f"{HYBRID_PREFIX}BM25+SYSTEM": "reciprocal-rank fusion, k = 60, of a BM25 system's and a model system's "
+    "rankings, both given as systems too",
+}
+
+
+def is_lexical(spec: str) -> bool:
+    return spec == BM25_NAME or spec.startswith(f"{BM25_NAME}:")
+
+
+def split_hybrid(spec: str) -> tuple[str, str] | None:
+    """A hybrid's BM25 spelling and model system, split after the BM25 spelling (a model's name may hold a `+`);
+    None for a spelling that is no hybrid."""
+    if not spec.startswith(HYBRID_PREFIX):
+        return None
+    body = spec.removeprefix(HYBRID_PREFIX)
+    lexical = [BM25_NAME, *(f"{BM25_NAME}:{name}" for name in STOPWORDS)]
+    for name in sorted(lexical, key=len, reverse=True):
+        if body.startswith(f"{name}+"):
+            return name, body.removeprefix(f"{name}+")
+    raise UsageError(f"{spec}: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm.")
 
 
 def bm25_tokenizer(spec: str) -> str:

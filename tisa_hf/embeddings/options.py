@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from ..cli_options import add_paired_arguments, positive_int
+from ..common.spellings import GRAMMAR, LATE, MEAN, READOUTS, Readout, model_spellings
+from .lexical import TEXT_SYSTEMS_HELP
 
 DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
 DEFAULT_STS_DATA = "../shared/glue/STS-B/dev.tsv"
@@ -13,14 +15,36 @@ DEFAULT_QMSUM_DATA = "../shared/longdoc/qmsum"
 DEFAULT_QMSUM_CAP = 32768
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TASK_NAMES = ("passkey", "needle")
-SYSTEMS_HELP = (
-    "Models as read: MODEL (folder, Hub id or minilm; whole documents), trunc:MODEL (its table's first tokens), "
-    "chunk:MODEL (chunk-and-average), interp:MODEL (position interpolation), tisa:MODE:S:MODEL (given TISA, "
-    "unadapted); max:SYSTEM (qmsum and spans: a document kept as one vector per table-sized window, scored by "
-    "its best window); late:SYSTEM (longembed, qmsum and spans: one vector a token, scored by MaxSim, ColBERT's "
-    "late interaction); bm25 or bm25:plain (BM25 on the text, English stopwords removed or kept); "
-    "hybrid:BM25+SYSTEM (reciprocal-rank fusion, k=60, of two systems given too)."
-)
+LONGEMBED, QMSUM, SPANS, STS = "tisa-hf longembed", "tisa-hf qmsum", "tisa-hf spans", "tisa-hf sts"
+# The read-outs each command takes (`common/spellings.py`); the retrieval commands over a corpus take every one
+READOUTS_TAKEN: dict[str, tuple[Readout, ...]] = {
+    LONGEMBED: (MEAN, LATE),
+    QMSUM: READOUTS,
+    SPANS: READOUTS,
+    STS: (MEAN,),
+}
+TEXT_SYSTEMS = (LONGEMBED, QMSUM, SPANS)  # the commands that take BM25 and hybrids too
+
+
+def systems_help(command: str) -> str:
+    """The systems `command` takes, as its `--help` gives them."""
+    spellings = model_spellings(READOUTS_TAKEN[command]) | (TEXT_SYSTEMS_HELP if command in TEXT_SYSTEMS else {})
+    phrases = "; ".join(f"{spelling} ({help})" for spelling, help in spellings.items())
+    return f"Systems, spelled {GRAMMAR} (MODEL: a folder, Hub id or minilm): {phrases}."
+
+
+def systems_table() -> str:
+    """The Markdown table of every system spelling, what it does and the commands that take it (docs/long-documents.md
+    holds it; tests/test_spellings.py holds it to this)."""
+    takers = {spelling: list(READOUTS_TAKEN) for spelling in model_spellings()}
+    for readout in READOUTS:
+        takers[f"{readout.prefix}SYSTEM"] = [command for command, taken in READOUTS_TAKEN.items() if readout in taken]
+    takers |= {spelling: list(TEXT_SYSTEMS) for spelling in TEXT_SYSTEMS_HELP}
+    rows = [
+        f"| `{spelling}` | {help} | {', '.join(command.removeprefix('tisa-hf ') for command in takers[spelling])} |"
+        for spelling, help in (model_spellings() | TEXT_SYSTEMS_HELP).items()
+    ]
+    return "\n".join(["| spelling | reads | commands |", "|---|---|---|", *rows])
 
 
 def new_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -39,10 +63,10 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def longembed_parser() -> argparse.ArgumentParser:
     parser = new_parser(
-        "tisa-hf longembed",
+        LONGEMBED,
         "LongEmbed's passkey and needle retrieval (Acc@1) against document length, rebuilt offline.",
     )
-    parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
+    parser.add_argument("systems", nargs="+", help=systems_help(LONGEMBED))
     parser.add_argument("--out", required=True, help="Folder for longembed.json and longembed.png.")
     parser.add_argument("--tasks", nargs="+", choices=TASK_NAMES, default=list(TASK_NAMES))
     parser.add_argument(
@@ -67,13 +91,11 @@ def longembed_parser() -> argparse.ArgumentParser:
 
 def sts_parser() -> argparse.ArgumentParser:
     parser = new_parser(
-        "tisa-hf sts",
+        STS,
         "Zero-shot STS-B: Spearman (x100) of the pairs' cosine similarities against the gold scores, no "
         "fine-tuning (sentence-transformers' evaluation of all-MiniLM-L6-v2).",
     )
-    parser.add_argument(
-        "systems", nargs="+", help="Models, written as for `tisa-hf longembed` (minilm, a folder, tisa:...)."
-    )
+    parser.add_argument("systems", nargs="+", help=systems_help(STS))
     parser.add_argument("--out", required=True, help="Folder for sts.json.")
     parser.add_argument("--data", default=DEFAULT_STS_DATA, help="GLUE's STS-B TSV (dev.tsv: the labelled split).")
     parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
@@ -87,11 +109,11 @@ def sts_parser() -> argparse.ArgumentParser:
 
 def qmsum_parser() -> argparse.ArgumentParser:
     parser = new_parser(
-        "tisa-hf qmsum",
+        QMSUM,
         "LongEmbed's QMSum retrieval (nDCG@10, Acc@1, MRR@10): meeting summaries find their meeting among 197 "
         "transcripts of 1.5k-37k tokens, rebuilt offline from QMSum's files.",
     )
-    parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
+    parser.add_argument("systems", nargs="+", help=systems_help(QMSUM))
     parser.add_argument("--out", required=True, help="Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
     parser.add_argument("--data", default=DEFAULT_QMSUM_DATA, help="QMSum's meetings: its train/ and val/ folders.")
     parser.add_argument(
@@ -105,12 +127,12 @@ def qmsum_parser() -> argparse.ArgumentParser:
 
 def spans_parser() -> argparse.ArgumentParser:
     parser = new_parser(
-        "tisa-hf spans",
+        SPANS,
         "Passage-to-article retrieval (nDCG@10, Acc@1, MRR@10, and Acc@1 by how deep the passage sits): passages "
         "cut from WikiText articles find their article among all of them; the development task for choosing how "
         "to read long documents (QMSum is kept for evaluation).",
     )
-    parser.add_argument("systems", nargs="+", help=SYSTEMS_HELP)
+    parser.add_argument("systems", nargs="+", help=systems_help(SPANS))
     parser.add_argument("--out", required=True, help="Folder for spans.json, spans.md, spans.png and embeddings.")
     parser.add_argument(
         "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."

@@ -32,7 +32,7 @@ from ..common.paired import paired_interval
 from ..common.result_files import check_out_folder, resumable_record, write_record
 from ..errors import UsageError
 from ..finetune.glue.data import get_task, read_glue_tsv
-from .options import sts_parser
+from .options import STS, sts_parser
 from .systems import Embedder, SystemSpec, check_readouts, check_system_names, shared_tokenizer
 
 RESULTS_FILE = "sts.json"
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     check_system_names(args.systems, args.paired)
     first_texts, second_texts, gold = read_pairs(args.data)
     systems = [SystemSpec.parse(spec) for spec in args.systems]
-    check_readouts(systems, "tisa-hf sts")
+    check_readouts(systems, STS)
     tokenizer = shared_tokenizer(systems)
     first, second = (tokenizer(texts)["input_ids"] for texts in (first_texts, second_texts))
     longest = max(map(len, first + second))

@@ -1,39 +1,22 @@
-"""The embedding systems `tisa-hf longembed` compares, as given on its command line (spelled as
-`common/spellings.py` reads them), and how each embeds.
+"""The systems the embedding commands compare, as given on their command line, and how a model system embeds.
 
-A system is a model (a folder, Hub id or `minilm`; a sentence-transformers folder brings its own pooling,
-otherwise mean pooling) read in one of these ways:
-- `MODEL`: the whole document. A plain or TISA `add` model reads at most its position table; a TISA `replace`
-  model (an adapted one, say) reads any length.
-- `trunc:MODEL`: the first T tokens of the document (T: the position table; the final [SEP] kept), as
-  sentence-transformers truncates.
-- `chunk:MODEL`: chunk-and-average: the document's tokens cut into chunks of T - 2, each read as
-  `[CLS] chunk [SEP]`; the mean of the normalised chunk embeddings, normalised again.
-- `interp:MODEL`: position interpolation (tisa_hf/common/interpolation.py) to the document's length (a query
-  within the table reads the original table).
-Queries are read the same way as documents.
-- `tisa:MODE:S:MODEL`: MODEL given TISA with S kernels in MODE, fitted to its positional profiles and not
-  adapted (`tisa:replace:5:minilm`).
-- `max:` before a spelling (the retrieval commands `qmsum` and `spans`): a document is one vector per window of
-  T - 2 tokens (`read_windows`) and its score is its best window's; the query is one vector as usual.
-- `late:` before a spelling (the same commands): a document and a query are their token vectors (`read_tokens`),
-  scored by late interaction (ColBERT's MaxSim: the mean over the query's tokens of each one's best cosine
-  similarity to a document token).
-Every embedding is normalised, and documents are ranked by cosine similarity to the query.
+A model system (spelled as `common/spellings.py` reads it: `[READOUT][READING]MODEL` or
+`[READOUT]tisa:MODE:S:MODEL`) is a model (a sentence-transformers folder brings its own pooling, otherwise mean
+pooling) reading texts in the pieces its reading cuts (`Embedder`); every embedding is normalised, and texts are
+compared by cosine. What a retrieval command keeps of a document and how it scores it is the read-out's
+(`retrieval/readouts.py`). Queries are read the same way as documents.
 
-Two systems embed nothing (the retrieval commands take them; `lexical.py`, `ranking.py`):
-- `bm25` (`bm25:TOKENIZER`): BM25 over the documents' text.
-- `hybrid:BM25+SYSTEM`: reciprocal-rank fusion (k = 60) of the rankings of a BM25 system and a dense one, both
-  given as systems of the same run too (`hybrid:bm25+chunk:minilm`): what practitioners deploy.
+Two systems embed nothing (the retrieval commands take them; `lexical.py`, `retrieval/ranking.py`):
+`bm25` (`bm25:TOKENIZER`), BM25 over the documents' text, and `hybrid:BM25+SYSTEM`, reciprocal-rank fusion
+(k = 60) of the rankings of a BM25 system and a model system, both given as systems of the same run too.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -41,39 +24,48 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.interpolation import PositionInterpolation
-from ..common.pooling import chunk_average, chunks_of
+from ..common.pooling import chunk_average
 from ..common.sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
-from ..common.spellings import TISA_PREFIX, parse_spelling
+from ..common.spellings import Reading, Readout, Spelling, parse_spelling, spoken_list
 from ..config import TisaConfig
 from ..errors import UsageError
-from .lexical import BM25_NAME, bm25_tokenizer
-from .ranking import LateInteraction
-
-HYBRID_PREFIX = "hybrid:"
+from .lexical import bm25_tokenizer, is_lexical, split_hybrid
+from .options import READOUTS_TAKEN
 
 
 @dataclass(frozen=True)
 class SystemSpec:
-    """A compared system: `spec` as given, how it reads a document (`full`, `trunc`, `chunk`, `interp`), the
-    model's facts, the TISA it is given here (`tisa:` spellings) and its read-out (`mean` or `max`)."""
+    """A compared model system: `spec` as given, its spelling (model, reading, read-out, the TISA given here) and
+    the model's facts."""
 
     spec: str
-    reading: str
+    spelling: Spelling
     facts: CheckpointFacts
-    tisa: TisaConfig | None = None
-    readout: str = "mean"
 
     @classmethod
     def parse(cls, spec: str) -> SystemSpec:
         spelling = parse_spelling(spec)
-        reading, model, tisa = spelling.reading, spelling.model, spelling.tisa
         try:
-            facts = CheckpointFacts.read(model)
+            facts = CheckpointFacts.read(spelling.model)
         except ValueError as error:
             raise UsageError(f"{spec}: {error}") from None
-        if (tisa is not None or reading == "interp") and facts.tisa is not None:
-            raise UsageError(f"{spec}: {model} already has TISA ({facts.tisa}); give the model it was made from.")
-        return cls(spec, reading, facts, tisa, spelling.readout)
+        if (spelling.tisa is not None or spelling.reading.stretches) and facts.tisa is not None:
+            raise UsageError(
+                f"{spec}: {spelling.model} already has TISA ({facts.tisa}); give the model it was made from."
+            )
+        return cls(spec, spelling, facts)
+
+    @property
+    def reading(self) -> Reading:
+        return self.spelling.reading
+
+    @property
+    def readout(self) -> Readout:
+        return self.spelling.readout
+
+    @property
+    def tisa(self) -> TisaConfig | None:
+        return self.spelling.tisa
 
     @property
     def table_length(self) -> int:
@@ -84,20 +76,16 @@ class SystemSpec:
         return self.tisa or self.facts.tisa
 
     def reads(self, length: int) -> bool:
-        if self.reading != "full":
-            return True
-        tisa = self.effective_tisa
-        return reads_any_length(tisa) or length <= self.table_length
+        return self.reading.reads_any_length or reads_any_length(self.effective_tisa) or length <= self.table_length
 
     def check_lengths(self, lengths: Iterable[int]) -> None:
         too_long = [length for length in lengths if not self.reads(length)]
         if too_long:
             has = "TISA mode='add' keeps its position embeddings" if self.effective_tisa else "it has no TISA"
-            model = self.spec.removeprefix(TISA_PREFIX).split(":", 2)[-1] if self.tisa else self.spec
             raise UsageError(
                 f"{self.spec} cannot read {too_long[0]} tokens: its position table holds {self.table_length} and "
-                f"{has}. Give lengths up to {self.table_length}, or read longer documents with trunc:{model}, "
-                f"chunk:{model}, interp:{model} or a replace-mode model."
+                f"{has}. Give lengths up to {self.table_length}, or read longer documents with "
+                f"{', '.join(self.spelling.longer_readings())} or a replace-mode model."
             )
 
 
@@ -111,7 +99,7 @@ class LexicalSpec:
 
 @dataclass(frozen=True)
 class HybridSpec:
-    """Reciprocal-rank fusion of a BM25 system's ranking and a dense system's, by their spellings."""
+    """Reciprocal-rank fusion of a BM25 system's ranking and a model system's, by their spellings."""
 
     spec: str
     lexical: str
@@ -123,13 +111,13 @@ RetrievalSystem = SystemSpec | LexicalSpec | HybridSpec
 
 def parse_system(spec: str) -> RetrievalSystem:
     """A system of a retrieval command: BM25, a hybrid (its parts checked here), or a model read some way."""
-    if spec == BM25_NAME or spec.startswith(f"{BM25_NAME}:"):
+    if is_lexical(spec):
         return LexicalSpec(spec, bm25_tokenizer(spec))
-    if spec.startswith(HYBRID_PREFIX):
-        lexical, _, dense = spec.removeprefix(HYBRID_PREFIX).partition("+")
-        if not isinstance(parse_system(lexical), LexicalSpec) or not isinstance(parse_system(dense), SystemSpec):
+    parts = split_hybrid(spec)
+    if parts is not None:
+        if not isinstance(parse_system(parts[1]), SystemSpec):
             raise UsageError(f"{spec}: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm.")
-        return HybridSpec(spec, lexical, dense)
+        return HybridSpec(spec, *parts)
     return SystemSpec.parse(spec)
 
 
@@ -203,9 +191,11 @@ class Embedder:
             self.model = SentenceTransformer(path, device=str(device))
         self.model.eval()
         encoder = self.model[0].auto_model
-        self.interpolation = PositionInterpolation(encoder) if spec.reading == "interp" else None
+        self.interpolation = PositionInterpolation(encoder) if spec.reading.stretches else None
 
-    def _stretch(self, length: int) -> None:
+    def stretch(self, length: int) -> None:
+        """Stretches the position table to `length` for a reading that does (at most the table's length reads the
+        original table); nothing for the others."""
         if self.interpolation is not None:
             self.interpolation.stretch_to(length)
 
@@ -231,7 +221,8 @@ class Embedder:
         return torch.stack(embeddings)
 
     def read(self, sequences: list[list[int]], progress: str | None = None) -> torch.Tensor:
-        """Normalised embeddings of `sequences` (documents or queries) as this system reads them, in order."""
+        """Normalised embeddings of `sequences` (documents or queries) as this system reads them, in order: one
+        vector a text, the mean of its pieces' where its reading cuts it into several (chunk-and-average)."""
         by_length: dict[int, list[int]] = defaultdict(list)
         for index, sequence in enumerate(sequences):
             by_length[len(sequence)].append(index)
@@ -242,71 +233,44 @@ class Embedder:
 
     def _read_equally_long(self, sequences: list[list[int]], length: int, progress: str | None) -> torch.Tensor:
         table = self.spec.table_length
-        if self.spec.reading == "trunc" and length > table:
-            return self.embed([sequence[: table - 1] + sequence[-1:] for sequence in sequences], progress)
-        if self.spec.reading == "chunk" and length > table:
+        pieces = [self.pieces(sequence) for sequence in sequences]
+        if len(pieces[0]) > 1:
             return chunk_average(self.embed, sequences, table, progress)
-        self._stretch(length)  # interpolation: at most the table's length reads the original table
-        return self.embed(sequences, progress)
+        self.stretch(length)
+        return self.embed([piece for (piece,) in pieces], progress)
 
-    def document_vectors(self, document: list[int]) -> torch.Tensor:
-        """The document as this system embeds it: one row, or one per window (`max:`); `late:` documents are read
-        by `read_tokens`."""
-        if self.spec.readout == "max":
-            return self.read_windows(document)
-        return self.read([document])
-
-    def late_scorer(self, queries: list[list[int]]) -> Callable[[list[int]], np.ndarray]:
-        """A function reading a document's token states and scoring them by MaxSim against the queries' (`late:`):
-        a (1, queries) row, what a run keeps of the document; the products run on the model's device, where the
-        token states already are."""
-        device = self.model.device
-        late = LateInteraction([self.read_tokens(query) for query in queries], None if device.type == "cpu" else device)
-        return lambda document: late(self.read_tokens(document))[None]
-
-    def token_pieces(self, sequence: list[int]) -> list[list[int]]:
-        """The sequences `read_tokens` reads of a document or query: the first T tokens for `trunc:` (the final
-        [SEP] kept), each chunk of T tokens for `chunk:`, else the whole (T: the position table)."""
-        table = self.spec.table_length
-        if self.spec.reading == "trunc" and len(sequence) > table:
-            return [sequence[: table - 1] + sequence[-1:]]
-        if self.spec.reading == "chunk" and len(sequence) > table:
-            return chunks_of(sequence, table)
-        return [sequence]
+    def pieces(self, sequence: list[int]) -> list[list[int]]:
+        """The sequences this system's reading cuts a document or query into (T: its position table)."""
+        return self.spec.reading.pieces(sequence, self.spec.table_length)
 
     @torch.no_grad()
     def read_tokens(self, sequence: list[int]) -> torch.Tensor:
-        """(tokens, dim) normalised token states of a document or query as this system reads it (`token_pieces`,
-        the whole stretched for `interp:`), each piece's [CLS] and [SEP] left out; on the model's device."""
-        self._stretch(len(sequence))  # interp: reads the whole sequence
+        """(tokens, dim) normalised token states of a document or query as this system reads it (its `pieces`, the
+        whole stretched by a stretching reading), each piece's [CLS] and [SEP] left out; on the model's device."""
+        self.stretch(len(sequence))
         states = [
             self.model({"input_ids": torch.tensor([piece], device=self.model.device)})["token_embeddings"][0, 1:-1]
-            for piece in self.token_pieces(sequence)
+            for piece in self.pieces(sequence)
         ]
         return F.normalize(torch.cat(states).float(), dim=-1)
 
     @torch.no_grad()
-    def read_windows(self, document: list[int]) -> torch.Tensor:
-        """The document as (windows, dim) normalised vectors, one per window of T - 2 tokens (T: the position
-        table), at the chunks' boundaries: the chunks' own embeddings for `chunk:`, else the mean of the whole
-        document's token states over each window's tokens."""
-        table = self.spec.table_length
-        if self.spec.reading == "chunk":
-            return self.embed(chunks_of(document, table))
-        self._stretch(len(document))
-        input_ids = torch.tensor([document], device=self.model.device)
-        states = self.model({"input_ids": input_ids})["token_embeddings"][0].float()
-        body, step = states[1:-1], table - 2
-        windows = torch.stack([body[start : start + step].mean(0) for start in range(0, len(body), step)])
-        return F.normalize(windows, dim=-1).cpu()
+    def token_states(self, sequence: list[int]) -> torch.Tensor:
+        """(tokens, dim) final token states of the whole sequence read in one forward pass ([CLS] and [SEP]
+        included, stretched by a stretching reading), float32 on the model's device."""
+        self.stretch(len(sequence))
+        input_ids = torch.tensor([sequence], device=self.model.device)
+        return self.model({"input_ids": input_ids})["token_embeddings"][0].float()
 
 
-def check_readouts(systems: list[SystemSpec], command: str, readouts: tuple[str, ...] = ("mean",)) -> None:
-    """`command` takes the read-outs `readouts` (`mean`: one vector a text); another is refused before any model
-    loads."""
+def check_readouts(systems: list[SystemSpec], command: str) -> None:
+    """`command` takes the read-outs it declares (`options.READOUTS_TAKEN`); another is refused before any model
+    loads, naming the commands that take it."""
+    taken = READOUTS_TAKEN[command]
     for system in systems:
-        if system.readout not in readouts:
+        if system.readout not in taken:
+            takers = [name for name, readouts in READOUTS_TAKEN.items() if system.readout in readouts]
             raise UsageError(
-                f"{system.spec}: {command} does not take the {system.readout}: read-out; tisa-hf qmsum and tisa-hf "
-                "spans do."
+                f"{system.spec}: {command} does not take the {system.readout.prefix} read-out; "
+                f"{spoken_list(takers, 'and')} {'does' if len(takers) == 1 else 'do'}."
             )

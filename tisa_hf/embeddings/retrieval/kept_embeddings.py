@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..common.result_files import save_array
+from ...common.result_files import save_array
 
 logger = logging.getLogger(__name__)
 

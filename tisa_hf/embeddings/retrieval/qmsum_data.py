@@ -11,23 +11,12 @@ LongEmbed's 1,527 queries); the other meeting then counts as a wrong answer.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
+from .corpus_task import Corpus
 
 SPLITS = ("train", "val")
-
-
-@dataclass
-class Meetings:
-    """The documents (names `split/file`, texts) and the queries with the index of each one's meeting."""
-
-    names: list[str]
-    documents: list[str]
-    queries: list[str]
-    answers: list[int]
-    repeated_summaries: int  # summaries found again in another (or the same) meeting, asked once
 
 
 def meeting_files(folder: str | Path) -> list[Path]:
@@ -44,8 +33,9 @@ def transcript(meeting: dict) -> str:
     return "\n".join(f"{turn['speaker']}: {turn['content']}" for turn in meeting["meeting_transcripts"])
 
 
-def read_meetings(folder: str | Path, limit: int | None = None) -> Meetings:
-    """The task from `folder`; with `limit`, its first `limit` meetings and only the queries about them."""
+def read_meetings(folder: str | Path, limit: int | None = None) -> Corpus:
+    """The task from `folder` (documents named `split/file`); with `limit`, its first `limit` meetings and only the
+    queries about them."""
     files = meeting_files(folder)[:limit]
     names, documents, queries, answers, repeated = [], [], [], [], 0
     asked: set[str] = set()
@@ -68,4 +58,4 @@ def read_meetings(folder: str | Path, limit: int | None = None) -> Meetings:
             asked.add(pair["answer"])
             queries.append(pair["answer"])
             answers.append(index)
-    return Meetings(names, documents, queries, answers, repeated)
+    return Corpus(names, documents, queries, answers, repeated)

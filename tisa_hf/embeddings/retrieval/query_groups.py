@@ -9,17 +9,18 @@ from typing import Any
 
 import numpy as np
 
-from ..common.tables import markdown_table
+from ...common.tables import markdown_table
 from .ranking import MEASURE_LABELS, per_query
 
 GROUP_MEASURES = ("acc_at_1", "ndcg_at_10")
+Groups = dict[str, Any]  # group name -> its number of queries and every system's measures there
 
 
 def group_name(start: int, stop: int | None, unit: str) -> str:
     return f"{start:,}+ {unit}" if stop is None else f"{start:,}-{stop:,} {unit}"
 
 
-def by_group(record: dict[str, Any], values: Sequence[int], starts: Sequence[int], unit: str) -> dict[str, Any]:
+def by_group(record: dict[str, Any], values: Sequence[int], starts: Sequence[int], unit: str) -> Groups:
     """Per group [starts[k], starts[k + 1]) of the queries' `values` (the last open-ended; empty groups left out),
     its number of queries and every system's mean of each of `GROUP_MEASURES` there."""
     array = np.asarray(values)
@@ -42,7 +43,7 @@ def by_group(record: dict[str, Any], values: Sequence[int], starts: Sequence[int
     return groups
 
 
-def group_tables(groups: dict[str, Any], grouped_by: str) -> str:
+def group_tables(groups: Groups, grouped_by: str) -> str:
     """Markdown: a table per measure, a row per system and a column per group; `grouped_by` ends each title."""
     sections = []
     columns = [f"{name} ({group['queries']})" for name, group in groups.items()]

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from ..common.text import read_articles, tokenize_articles
-from ..errors import UsageError
+from ...common.text import read_articles, tokenize_articles
+from ...errors import UsageError
+from ..options import TASK_NAMES
 from .needles import NAMES, PASSKEY_FILLER, Needle, needle_facts, passkey_needles
-from .options import TASK_NAMES
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 KEY_DIGITS = 5

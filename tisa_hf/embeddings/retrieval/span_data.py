@@ -17,14 +17,14 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.text import WIKITEXT_MARKERS, WIKITEXT_UNKNOWN, read_articles
-from ..errors import UsageError
-from .qmsum_data import Meetings
+from ...common.text import WIKITEXT_MARKERS, WIKITEXT_UNKNOWN, read_articles
+from ...errors import UsageError
+from .corpus_task import Corpus
 
 
 @dataclass
-class SpanTask(Meetings):
-    """`Meetings` whose documents are articles and whose queries are passages of them, with each passage's
+class SpanTask(Corpus):
+    """A corpus whose documents are articles and whose queries are passages of them, with each passage's
     starting word in its article (`depths`)."""
 
     depths: list[int]

@@ -1,0 +1,120 @@
+"""The retrieval runner's scoring, shared by every retrieval task: a system scores one set of documents against the
+queries asked of them (a `Cell`), and its scores are kept in OUT/scores/ for hybrids and reruns.
+
+BM25 reads the documents' text; a model system reads their token ids through its read-out's scorer
+(`readouts.py`), keeping each document's rows as they are made where a run resumes (`kept_embeddings.py`); a
+hybrid fuses its parts' kept scores (`ranking.py`). A task says which cells there are and what it measures of the
+scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...common.result_files import save_array, scores_path
+from ..lexical import bm25_scores
+from ..systems import Embedder, HybridSpec, LexicalSpec, RetrievalSystem
+from .kept_embeddings import embed_documents
+from .ranking import reciprocal_rank_fusion
+from .readouts import Scorer, scorer_for
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One set of documents and the queries asked of them, as every system of a run scores them: `name` (the file
+    of its scores under OUT/scores/SYSTEM/), the documents' token ids and their text (BM25's; `document_texts`
+    gives them when asked), and the queries' token ids and text."""
+
+    name: str
+    documents: list[list[int]]
+    query_ids: list[list[int]]
+    queries: list[str]
+    document_texts: Callable[[], list[str]]
+
+
+@dataclass(frozen=True)
+class Keeping:
+    """Where a model system keeps a cell's document rows as they are made (`kept_embeddings.py`): the folder, the
+    file name, and the fingerprint of the tokens they are made of (rows of other tokens are not resumed)."""
+
+    folder: Path
+    name: str
+    fingerprint: str
+
+
+@dataclass
+class Scored:
+    """A system's scores of a cell (queries x documents), with, for a model system, its scorer and what its kept
+    rows cost (`embed_documents`' totals; None where they were not kept)."""
+
+    scores: np.ndarray
+    scorer: Scorer | None = None
+    kept: dict[str, Any] | None = None
+
+
+def score(
+    system: RetrievalSystem,
+    cell: Cell,
+    out: Path,
+    embedder: Embedder | None = None,
+    keeping: Keeping | None = None,
+    torch_products: bool = False,
+    progress: str | None = None,
+) -> Scored:
+    """The system's scores of the cell, saved in OUT/scores/ (a model system needs its loaded `embedder`; a hybrid,
+    its parts' saved scores)."""
+    if isinstance(system, LexicalSpec):
+        scored = Scored(bm25_scores(cell.document_texts(), cell.queries, system.tokenizer))
+    elif isinstance(system, HybridSpec):
+        parts = (np.load(scores_path(out, part, cell.name)) for part in (system.lexical, system.dense))
+        scored = Scored(reciprocal_rank_fusion(*parts))
+    else:
+        scorer = scorer_for(embedder, cell.query_ids, torch_products)
+        if keeping is None:
+            scored = Scored(scorer.scores(*scorer.keep_all(cell.documents, progress)), scorer)
+        else:
+            kept = embed_documents(scorer.keep, cell.documents, keeping.folder, keeping.name, keeping.fingerprint)
+            scored = Scored(scorer.scores(kept["embeddings"], kept["windows"]), scorer, kept)
+    save_array(scores_path(out, system.spec, cell.name), scored.scores)
+    return scored
+
+
+def ordered(systems: list[RetrievalSystem]) -> list[RetrievalSystem]:
+    """The systems in the given order, hybrids last (they fuse the others' scores)."""
+    return sorted(systems, key=lambda system: isinstance(system, HybridSpec))
+
+
+def pending_cells(
+    systems: list[RetrievalSystem], cells: list[str], measured: Callable[[str, str], bool], out: Path
+) -> dict[str, list[str]]:
+    """Per system, the cells (by name) to score: those `measured` says have no result, and those whose scores a
+    hybrid still to be measured needs and OUT/scores/ lacks (a record from before scores were kept, say)."""
+    pending = {system.spec: [cell for cell in cells if not measured(system.spec, cell)] for system in systems}
+    for system in systems:
+        if isinstance(system, HybridSpec):
+            for part in (system.lexical, system.dense):
+                pending[part] += [
+                    cell
+                    for cell in pending[system.spec]
+                    if cell not in pending[part] and not scores_path(out, part, cell).is_file()
+                ]
+    return pending
+
+
+def system_facts(system: RetrievalSystem) -> dict[str, Any]:
+    """What a record says of a system."""
+    if isinstance(system, LexicalSpec):
+        return {"model": None, "reading": "bm25", "tokenizer": system.tokenizer}
+    if isinstance(system, HybridSpec):
+        return {"model": None, "reading": "hybrid", "fuses": [system.lexical, system.dense]}
+    return {
+        "model": system.facts.path,
+        "reading": system.reading.name,
+        "tisa": system.effective_tisa.to_dict() if system.effective_tisa else None,
+        "position_table_length": system.table_length,
+    }
