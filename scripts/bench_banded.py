@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 import torch
 
-from tisa_hf import attention
+from tisa_hf.attention import banded, blockwise
+from tisa_hf.kernels import nonzero_band
 from tisa_hf.performance.cases import synchronize
 
 HEADS, HEAD_DIM = 12, 32
@@ -53,25 +54,25 @@ def measure(length: int, args: argparse.Namespace, device: torch.device) -> str:
         torch.randn(1, length, HEADS, HEAD_DIM, generator=generator).to(device).transpose(1, 2) for _ in range(3)
     )
     values = gaussian_band(length, args.sigma, args.spread, device)
-    low, high = attention.nonzero_band(values)
+    low, high = nonzero_band(values)
     low, high = min(low, 0), max(high, 0)
     left, right = 1 - low, 1 + high
     pieces = {
         "plain": lambda: torch.nn.functional.scaled_dot_product_attention(query, key, value),
-        "fused+lse": lambda: attention.fused_attention(query, key, value),
-        "causal left": lambda: attention.fused_attention(
+        "fused+lse": lambda: banded.fused_attention(query, key, value),
+        "causal left": lambda: banded.fused_attention(
             query[:, :, left:], key[:, :, : length - left], value[:, :, : length - left], is_causal=True
         ),
-        "causal right": lambda: attention.fused_attention(
+        "causal right": lambda: banded.fused_attention(
             query[:, :, : length - right].flip(2),
             key[:, :, right:].flip(2),
             value[:, :, right:].flip(2),
             is_causal=True,
         ),
-        "band": lambda: attention.band_attention(query, key, value, values, low, high, HEAD_DIM**-0.5),
-        "banded": lambda: attention.banded_biased_sdpa(query, key, value, None, values, None, (low, high)),
-        "blockwise": lambda: attention.blockwise_biased_sdpa(
-            query, key, value, None, attention.ToeplitzBias(values, length), 0.0, None
+        "band": lambda: banded.band_attention(query, key, value, values, low, high, HEAD_DIM**-0.5),
+        "banded": lambda: banded.banded_biased_sdpa(query, key, value, None, values, None, (low, high)),
+        "blockwise": lambda: blockwise.blockwise_biased_sdpa(
+            query, key, value, None, blockwise.ToeplitzBias(values, length), 0.0, None
         ),
     }
     times = {name: median_ms(call, device, args.repeats) for name, call in pieces.items()}

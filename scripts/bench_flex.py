@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from tisa_hf import attention
+from tisa_hf.attention import blockwise, flex, trainable_bias
 from tisa_hf.kernels import TisaPositionBias
 from tisa_hf.performance.bench import peak_memory_mib, start_peak_memory, time_interleaved
 from tisa_hf.performance.cases import synchronize
@@ -45,15 +45,15 @@ def route_call(route: str, length: int, training: bool, device: torch.device) ->
             if route == "stored":
                 bias = kernels._build(0, length, torch.float32)
                 if training and device.type == "cpu":
-                    output = attention.TrainableBiasAttention.apply(query, key, value, bias, HEAD_DIM**-0.5)
+                    output = trainable_bias.TrainableBiasAttention.apply(query, key, value, bias, HEAD_DIM**-0.5)
                 else:
                     output = F.scaled_dot_product_attention(query, key, value, attn_mask=bias)
             elif route == "blockwise":
-                bias = attention.ToeplitzBias(kernels.offset_values(0, length, torch.float32), length)
-                output = attention.blockwise_biased_sdpa(query, key, value, None, bias, 0.0, None)
+                bias = blockwise.ToeplitzBias(kernels.offset_values(0, length, torch.float32), length)
+                output = blockwise.blockwise_biased_sdpa(query, key, value, None, bias, 0.0, None)
             else:
                 table = kernels.offset_values(0, length, torch.float32)
-                output = attention.offset_table_flex_attention(query, key, value, None, table, None, training)
+                output = flex.offset_table_flex_attention(query, key, value, None, table, None, training)
             if training:
                 output.square().mean().backward()
 

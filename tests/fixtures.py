@@ -178,12 +178,16 @@ def two_process_launch(module: str) -> list[str]:
 
 
 class RecordingRoute:
-    """`attention.sdpa_route`, recording the route of every call."""
+    """`SdpaPolicy.choose`, recording the route of every call once `install`ed."""
 
     def __init__(self):
-        self.decide = attention.sdpa_route
         self.taken: list[attention.SdpaRoute] = []
+        self.decide = attention.SdpaPolicy.choose
 
-    def __call__(self, *args):
-        self.taken.append(self.decide(*args))
+    def choose(self, policy: attention.SdpaPolicy, call: attention.SdpaCall) -> attention.SdpaRoute:
+        self.taken.append(self.decide(policy, call))
         return self.taken[-1]
+
+    def install(self, monkeypatch) -> RecordingRoute:
+        monkeypatch.setattr(attention.SdpaPolicy, "choose", lambda policy, call: self.choose(policy, call))
+        return self

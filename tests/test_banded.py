@@ -1,4 +1,4 @@
-"""The banded route of `tisa_sdpa` (`attention.banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
+"""The banded route of `tisa_sdpa` (`banded.banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
 band of offsets, against softmax(q kᵀ · scale + F + mask) v built explicitly, with and without padding; and a whole
 model on it against the blockwise route and the reference written from the equations. On the CPU and, where there
 is one, a CUDA GPU (PyTorch's memory-efficient kernel there)."""
@@ -14,7 +14,8 @@ from transformers import AutoModel
 import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, tiny_config
 from tests.reference import reference_forward
-from tisa_hf.kernels import TisaPositionBias
+from tisa_hf.attention import banded
+from tisa_hf.kernels import TisaPositionBias, nonzero_band
 
 HEADS, LENGTH, HEAD_DIM = 3, 50, 8
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -65,10 +66,10 @@ def padding_masks(batch: int = 3) -> dict[str, torch.Tensor | None]:
 def small_blocks(monkeypatch):
     """Blocks of a few rows and edge masks of a few kilobytes, so that 50 tokens exercise interior blocks, several
     edge blocks and the correction's query blocks."""
-    monkeypatch.setattr(attention, "BANDED_BLOCK_ROWS", 4)
-    monkeypatch.setattr(attention, "BANDED_ACCELERATOR_BLOCK_ROWS", 4)
-    monkeypatch.setattr(attention, "BANDED_EDGE_MASK_BYTES", HEADS * 4 * 60)
-    monkeypatch.setattr(attention, "BANDED_CORRECTION_ROWS", 7)
+    monkeypatch.setattr(banded, "BANDED_BLOCK_ROWS", 4)
+    monkeypatch.setattr(banded, "BANDED_ACCELERATOR_BLOCK_ROWS", 4)
+    monkeypatch.setattr(banded, "BANDED_EDGE_MASK_BYTES", HEADS * 4 * 60)
+    monkeypatch.setattr(banded, "BANDED_CORRECTION_ROWS", 7)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -82,7 +83,7 @@ def test_banded_route_matches_the_dense_computation(device, mask_kind, low, high
     query, key, value = inputs(device=device)
     mask = on(padding_masks()[mask_kind], device)
     values = band_values(low, high).to(device)
-    got = attention.banded_biased_sdpa(query, key, value, mask, values, None)
+    got = banded.banded_biased_sdpa(query, key, value, mask, values, None)
     expected = dense_reference(query, key, value, mask, values)
     torch.testing.assert_close(got.double().cpu(), expected, atol=1e-5, rtol=1e-5)
 
@@ -101,7 +102,7 @@ def test_large_biases_neither_overflow_nor_lose_precision(device, mask_kind, amp
     query, key, value = inputs(batch=2, device=device)
     mask = on(padding_masks(batch=2)[mask_kind], device)
     values = (band_values(-4, 4, amplitude=1.0).abs() * amplitude).to(device)
-    got = attention.banded_biased_sdpa(query, key, value, mask, values, None)
+    got = banded.banded_biased_sdpa(query, key, value, mask, values, None)
     assert got is not None
     expected = dense_reference(query, key, value, mask, values)
     torch.testing.assert_close(got.double().cpu(), expected, atol=2e-5, rtol=1e-5)
@@ -113,7 +114,7 @@ def test_kernels_that_are_zero_everywhere_give_plain_attention(device):
     zeros = torch.zeros(HEADS, 2 * LENGTH - 1, device=device)
     for mask in padding_masks().values():
         mask = on(mask, device)
-        got = attention.banded_biased_sdpa(query, key, value, mask, zeros, None)
+        got = banded.banded_biased_sdpa(query, key, value, mask, zeros, None)
         expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
 
@@ -124,17 +125,17 @@ def test_padding_that_cancels_most_of_the_plain_attention_gives_way_to_the_block
     query = torch.randn(1, HEADS, LENGTH, HEAD_DIM) * 4
     values = torch.where(torch.arange(1 - LENGTH, LENGTH).abs() <= 1, -12.0, 0.0).expand(HEADS, -1)
     mask = torch.ones(1, 1, LENGTH, LENGTH, dtype=torch.bool)
-    assert attention.banded_biased_sdpa(query, query, query, mask, values, None) is None
-    got = attention.banded_biased_sdpa(query, query, query, None, values, None)
+    assert banded.banded_biased_sdpa(query, query, query, mask, values, None) is None
+    got = banded.banded_biased_sdpa(query, query, query, None, values, None)
     torch.testing.assert_close(got.double(), dense_reference(query, query, query, None, values), atol=1e-5, rtol=1e-5)
 
 
 def test_nonzero_band_is_exact():
     values = torch.zeros(2, 2 * LENGTH - 1)
-    assert attention.nonzero_band(values) is None
+    assert nonzero_band(values) is None
     values[0, LENGTH - 1 - 7] = 1e-30  # offset -7
     values[1, LENGTH - 1 + 3] = -2.0  # offset 3
-    assert attention.nonzero_band(values) == (-7, 3)
+    assert nonzero_band(values) == (-7, 3)
 
 
 # --- the route, in a model ---------------------------------------------------------------------------------------
@@ -172,14 +173,14 @@ def batch(length: int = MODEL_LENGTH, padded: bool = True) -> tuple[torch.Tensor
 @pytest.mark.parametrize("padded", [False, True], ids=["equal lengths", "padded"])
 def test_a_model_on_the_banded_route_matches_the_blockwise_route_and_the_reference(monkeypatch, device, padded):
     model = narrow_model().to(device)
-    recorder = RecordingRoute()
-    monkeypatch.setattr(attention, "sdpa_route", recorder)
+    recorder = RecordingRoute().install(monkeypatch)
     input_ids, mask = batch(padded=padded)
+    inputs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+    without_banded = {attention.SDPA_POLICY_KWARG: attention.DEFAULT_SDPA_POLICY.without(attention.BANDED)}
     with torch.no_grad():
-        banded = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state.cpu()
-        monkeypatch.setattr(attention, "BANDED_ROUTE_ENABLED", False)
-        blockwise = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state.cpu()
-    assert recorder.taken == [attention.SdpaRoute.BANDED] * 3 + [attention.SdpaRoute.BLOCKWISE] * 3
+        banded = model(**inputs).last_hidden_state.cpu()
+        blockwise = model(**inputs, **without_banded).last_hidden_state.cpu()
+    assert recorder.taken == [attention.BANDED] * 3 + [attention.BLOCKWISE] * 3
     keep = mask.bool()
     # max abs difference observed on the CPU: 7.2e-7 (equal lengths) and 4.8e-7 (padded)
     torch.testing.assert_close(banded[keep], blockwise[keep], atol=1e-5, rtol=1e-5)
@@ -192,17 +193,16 @@ def test_a_mask_cuda_cannot_read_in_place_is_copied_into_aligned_rows():
     is copied into rows of 32, one that starts on such a boundary is passed as it is."""
     table = torch.randn(1, HEADS, 5, 23)
     window = table[:, :, :, 2:21]
-    aligned = attention.cuda_aligned_mask(window)
+    aligned = banded.cuda_aligned_mask(window)
     assert torch.equal(aligned, window)
     assert aligned.stride()[1:] == (5 * 32, 32, 1)
-    assert aligned.data_ptr() % (attention.CUDA_MASK_ALIGNMENT * 4) == 0
+    assert aligned.data_ptr() % (banded.CUDA_MASK_ALIGNMENT * 4) == 0
     rows_of_32 = torch.randn(1, HEADS, 5, 32)[..., :19]
-    assert attention.cuda_aligned_mask(rows_of_32) is rows_of_32
+    assert banded.cuda_aligned_mask(rows_of_32) is rows_of_32
 
 
 def routes_taken(monkeypatch, model, grad: bool = False, autocast: bool = False) -> set[attention.SdpaRoute]:
-    recorder = RecordingRoute()
-    monkeypatch.setattr(attention, "sdpa_route", recorder)
+    recorder = RecordingRoute().install(monkeypatch)
     input_ids, mask = batch(padded=False)
     with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         model(input_ids=input_ids, attention_mask=mask)
@@ -213,15 +213,15 @@ def routes_taken(monkeypatch, model, grad: bool = False, autocast: bool = False)
 def test_route_choice(monkeypatch):
     """Narrow kernels take the banded route in inference; a far-field term (never 0), a band wider than a quarter
     of the input, gradients and bf16 autocast keep the route they took before it existed."""
-    assert routes_taken(monkeypatch, narrow_model()) == {attention.SdpaRoute.BANDED}
-    assert routes_taken(monkeypatch, narrow_model(far_field="log")) == {attention.SdpaRoute.BLOCKWISE}
-    assert routes_taken(monkeypatch, narrow_model(width=4.0)) == {attention.SdpaRoute.BLOCKWISE}
-    assert routes_taken(monkeypatch, narrow_model(), autocast=True) == {attention.SdpaRoute.BLOCKWISE}
+    assert routes_taken(monkeypatch, narrow_model()) == {attention.BANDED}
+    assert routes_taken(monkeypatch, narrow_model(far_field="log")) == {attention.BLOCKWISE}
+    assert routes_taken(monkeypatch, narrow_model(width=4.0)) == {attention.BLOCKWISE}
+    assert routes_taken(monkeypatch, narrow_model(), autocast=True) == {attention.BLOCKWISE}
     frozen = narrow_model()
     frozen.requires_grad_(False)
-    assert routes_taken(monkeypatch, frozen, grad=True) == {attention.SdpaRoute.BLOCKWISE}
+    assert routes_taken(monkeypatch, frozen, grad=True) == {attention.BLOCKWISE}
     training = narrow_model().train()
-    assert routes_taken(monkeypatch, training, grad=True) == {attention.SdpaRoute.TRAINABLE_BIAS}
+    assert routes_taken(monkeypatch, training, grad=True) == {attention.TRAINABLE_BIAS}
 
 
 def test_the_band_is_read_from_each_layer_at_the_call_length():
@@ -235,8 +235,8 @@ def test_the_band_is_read_from_each_layer_at_the_call_length():
     kernels.cache_limit_bytes = 0
     with torch.no_grad():
         chosen = [attention.sdpa_route(kernels, query, query, 0.0, {}, layer) for layer in (0, 1)]
-        assert attention.sdpa_route(kernels, query, query, 0.0, {}) is attention.SdpaRoute.BLOCKWISE  # no layer
-    assert chosen == [attention.SdpaRoute.BANDED, attention.SdpaRoute.BLOCKWISE]
+        assert attention.sdpa_route(kernels, query, query, 0.0, {}) is attention.BLOCKWISE  # no layer
+    assert chosen == [attention.BANDED, attention.BLOCKWISE]
 
 
 def test_the_benchmark_times_one_model_on_both_routes(monkeypatch):
@@ -251,6 +251,6 @@ def test_the_benchmark_times_one_model_on_both_routes(monkeypatch):
     ]
     seen = []
     for case in cases.values():
-        bench.step_function(case, lambda **batch: seen.append(attention.BANDED_ROUTE_ENABLED))()
-    assert seen == [True, True, False, True] and attention.BANDED_ROUTE_ENABLED
+        bench.step_function(case, lambda **batch: seen.append(batch.get(attention.SDPA_POLICY_KWARG)))()
+    assert seen == [None, None, attention.DEFAULT_SDPA_POLICY.without(attention.BANDED), None]
     assert cases["chunk"].chunked and not cases["chunk"].tisa

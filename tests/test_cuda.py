@@ -106,8 +106,8 @@ def test_blockwise_route_with_misaligned_band_windows_matches_eager(monkeypatch)
     model.tisa.cache_limit_bytes = 0
     eager = twin("eager", config, model.state_dict()).eval()
     row_bytes = config.num_attention_heads * length * 4
-    monkeypatch.setattr("tisa_hf.attention.BLOCK_BIAS_BYTES", 7 * row_bytes)
-    monkeypatch.setattr("tisa_hf.attention.ACCELERATOR_BLOCK_ROWS", 7)
+    monkeypatch.setattr("tisa_hf.attention.blockwise.BLOCK_BIAS_BYTES", 7 * row_bytes)
+    monkeypatch.setattr("tisa_hf.attention.blockwise.ACCELERATOR_BLOCK_ROWS", 7)
     with torch.no_grad():
         got = model(input_ids=input_ids).last_hidden_state
         expected = eager(input_ids=input_ids).last_hidden_state

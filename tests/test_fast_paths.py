@@ -12,8 +12,8 @@ from transformers import BertModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import tisa_hf
-import tisa_hf.attention as attention
 from tests.fixtures import tiny_config
+from tisa_hf.attention import blockwise, stored_bias, trainable_bias
 from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
 from tisa_hf.performance.bench import per_head_loop_bias
 
@@ -80,7 +80,7 @@ def test_bias_equals_explicit_per_element_reference():
 def test_bias_row_blocks_are_row_major_rows_of_the_full_bias(length, block):
     values = torch.randn(HEADS, 2 * length - 1)
     full = toeplitz_from_offsets(values, length)
-    blocks = list(attention.ToeplitzBias(values, length).row_blocks(block))
+    blocks = list(blockwise.ToeplitzBias(values, length).row_blocks(block))
     assert [(start, stop) for start, stop, _ in blocks] == [
         (start, min(start + block, length)) for start in range(0, length, block)
     ]
@@ -95,7 +95,7 @@ def test_blockwise_route_off_the_cpu_reads_contiguous_blocks_of_accelerator_size
     never a window into the band that CUDA's kernel might read misaligned, and holds ACCELERATOR_BLOCK_ROWS rows."""
     length, heads = 3000, 2
     query = torch.empty(1, heads, length, 8, device="meta")
-    bias = attention.ToeplitzBias(torch.empty(heads, 2 * length - 1, device="meta"), length)
+    bias = blockwise.ToeplitzBias(torch.empty(heads, 2 * length - 1, device="meta"), length)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     calls = []
 
@@ -104,8 +104,8 @@ def test_blockwise_route_off_the_cpu_reads_contiguous_blocks_of_accelerator_size
         return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    monkeypatch.setattr(attention, "BLOCK_BIAS_BYTES", 0)
-    output = attention.blockwise_biased_sdpa(query, query, query, None, bias, 0.0, None)
+    monkeypatch.setattr(blockwise, "BLOCK_BIAS_BYTES", 0)
+    output = blockwise.blockwise_biased_sdpa(query, query, query, None, bias, 0.0, None)
     assert output.shape == query.shape
     assert calls == [(1024, True), (1024, True), (952, True)]
 
@@ -168,7 +168,7 @@ def test_trainable_bias_attention_matches_sdpa_math_path(batch_of_bias):
     grad_output = torch.randn(2, 4, 10, 8, generator=generator)
     expected = F.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=0.3)
     expected_grads = torch.autograd.grad(expected, (query, key, value, bias), grad_output)
-    output = attention.TrainableBiasAttention.apply(query, key, value, bias, 0.3)
+    output = trainable_bias.TrainableBiasAttention.apply(query, key, value, bias, 0.3)
     grads = torch.autograd.grad(output, (query, key, value, bias), grad_output)
     torch.testing.assert_close(output, expected)
     for grad, expected_grad in zip(grads, expected_grads, strict=True):
@@ -177,18 +177,18 @@ def test_trainable_bias_attention_matches_sdpa_math_path(batch_of_bias):
 
 def test_fused_route_is_taken_only_where_sdpa_would_leave_its_fused_kernel():
     query = key = torch.zeros(1, 2, 4, 8)
-    assert attention.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
-    assert not attention.takes_fused_bias_path(query, key, False, torch.float32, 0.0)
-    assert not attention.takes_fused_bias_path(query, key, True, torch.float32, 0.1)
-    assert not attention.takes_fused_bias_path(query, key, True, torch.bfloat16, 0.0)
-    assert not attention.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), True, torch.bfloat16, 0.0)
+    assert trainable_bias.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
+    assert not trainable_bias.takes_fused_bias_path(query, key, False, torch.float32, 0.0)
+    assert not trainable_bias.takes_fused_bias_path(query, key, True, torch.float32, 0.1)
+    assert not trainable_bias.takes_fused_bias_path(query, key, True, torch.bfloat16, 0.0)
+    assert not trainable_bias.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), True, torch.bfloat16, 0.0)
     with torch.no_grad():
-        assert not attention.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
+        assert not trainable_bias.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
 
 
 def test_patched_sdpa_training_matches_eager_with_padding(monkeypatch):
-    spy = Spy(attention.TrainableBiasAttention.apply)
-    monkeypatch.setattr(attention.TrainableBiasAttention, "apply", spy)
+    spy = Spy(trainable_bias.TrainableBiasAttention.apply)
+    monkeypatch.setattr(trainable_bias.TrainableBiasAttention, "apply", spy)
     results = {}
     for implementation in ("sdpa", "eager"):
         model = tiny_bert(implementation)
@@ -206,9 +206,9 @@ def test_sdpa_route_keeps_backward_state_when_only_the_kernels_train(monkeypatch
     """The route CUDA takes (no fused CPU bias path): with the encoder frozen the first layer's query, key and value
     require no gradient, so the query handed to SDPA is a leaf that requires one, so that fused kernels keep their
     log-sum-exp; later layers' inputs already depend on the bias. Otherwise it is always the model's query."""
-    monkeypatch.setattr(attention, "takes_fused_bias_path", lambda *args: False)
+    monkeypatch.setattr(trainable_bias, "takes_fused_bias_path", lambda *args: False)
     spy = Spy(sdpa_attention_forward)
-    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    monkeypatch.setattr(stored_bias, "sdpa_attention_forward", spy)
     grads = {}
     for implementation in ("sdpa", "eager"):
         model = tiny_bert(implementation)
@@ -226,7 +226,7 @@ def test_sdpa_route_keeps_backward_state_when_only_the_kernels_train(monkeypatch
 
 def test_bias_is_broadcast_over_the_batch_without_padding(monkeypatch):
     spy = Spy(sdpa_attention_forward)
-    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    monkeypatch.setattr(stored_bias, "sdpa_attention_forward", spy)
     model = tiny_bert("sdpa").eval()
     with torch.no_grad():
         model(input_ids=torch.randint(1, 100, (3, 10)))
@@ -237,9 +237,9 @@ def test_bias_is_broadcast_over_the_batch_without_padding(monkeypatch):
 
 
 def test_blockwise_long_input_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(attention, "BLOCK_BIAS_BYTES", 2 * 4 * 100 * 4 * 7)  # blocks of 7 query rows
-    spy = Spy(attention.blockwise_biased_sdpa)
-    monkeypatch.setattr(attention, "blockwise_biased_sdpa", spy)
+    monkeypatch.setattr(blockwise, "BLOCK_BIAS_BYTES", 2 * 4 * 100 * 4 * 7)  # blocks of 7 query rows
+    spy = Spy(blockwise.blockwise_biased_sdpa)
+    monkeypatch.setattr(blockwise, "blockwise_biased_sdpa", spy)
     outputs = {}
     for implementation in ("sdpa", "eager"):
         model = tiny_bert(implementation, mode="replace").eval()
@@ -254,17 +254,17 @@ def test_blockwise_blocks_fill_an_accelerator_and_keep_the_cpu_block_size():
     """A 32,768-token row of 12 heads' bias is 1.5 MiB: 42 rows fit the CPU's 64 MiB; a GPU gets 1,024, enough
     query tiles to occupy its multiprocessors; no block is longer than the input."""
     row_bytes = 12 * 32768 * 4
-    assert attention.blockwise_rows(32768, row_bytes, torch.device("cpu")) == 42
-    assert attention.blockwise_rows(32768, row_bytes, torch.device("cuda")) == 1024
-    assert attention.blockwise_rows(8192, 12 * 8192 * 4, torch.device("cpu")) == 170
-    assert attention.blockwise_rows(8192, 12 * 8192 * 4, torch.device("cuda")) == 1024
-    assert attention.blockwise_rows(600, 12 * 32768 * 4, torch.device("cuda")) == 600
-    assert attention.blockwise_rows(32768, 2**30, torch.device("cpu")) == 1
+    assert blockwise.blockwise_rows(32768, row_bytes, torch.device("cpu")) == 42
+    assert blockwise.blockwise_rows(32768, row_bytes, torch.device("cuda")) == 1024
+    assert blockwise.blockwise_rows(8192, 12 * 8192 * 4, torch.device("cpu")) == 170
+    assert blockwise.blockwise_rows(8192, 12 * 8192 * 4, torch.device("cuda")) == 1024
+    assert blockwise.blockwise_rows(600, 12 * 32768 * 4, torch.device("cuda")) == 600
+    assert blockwise.blockwise_rows(32768, 2**30, torch.device("cpu")) == 1
 
 
 def test_bias_follows_autocast_dtype(monkeypatch):
     spy = Spy(sdpa_attention_forward)
-    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    monkeypatch.setattr(stored_bias, "sdpa_attention_forward", spy)
     model = tiny_bert("sdpa")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         output = model(**padded_batch(12)).last_hidden_state

@@ -31,8 +31,7 @@ def padded(config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("length", [12, 30])
 def test_report_names_the_route_a_model_takes(monkeypatch, phase, length):
     monkeypatch.setattr(TisaPositionBias, "cache_limit_bytes", 3 * 4 * 20 * 20 * 4)  # blockwise beyond 20 tokens
-    recorder = RecordingRoute()
-    monkeypatch.setattr(attention, "sdpa_route", recorder)
+    recorder = RecordingRoute().install(monkeypatch)
     config = tiny_config("bert", attention_probs_dropout_prob=phase.dropout, tisa={"num_kernels": 2, "init": "random"})
     model = AutoModel.from_config(config, attn_implementation="sdpa").train(phase.training)
     input_ids, mask = padded(config, length)
@@ -43,11 +42,11 @@ def test_report_names_the_route_a_model_takes(monkeypatch, phase, length):
     assert len(taken) == 1
     # Random kernels are nonzero at every offset: the report names their route first (and the banded route after
     # it, for kernels that are 0 outside a band, where that route exists).
-    assert reported.startswith(recorder.taken[0].value + " (")
+    assert reported.startswith(recorder.taken[0].name + " (")
     expected = {
-        "train": attention.SdpaRoute.STORED_BIAS,
-        "train, dropout 0": attention.SdpaRoute.TRAINABLE_BIAS,
-        "inference": attention.SdpaRoute.STORED_BIAS if length <= 20 else attention.SdpaRoute.BLOCKWISE,
+        "train": attention.STORED_BIAS,
+        "train, dropout 0": attention.TRAINABLE_BIAS,
+        "inference": attention.STORED_BIAS if length <= 20 else attention.BLOCKWISE,
     }
     assert recorder.taken[0] is expected[phase.name]
 
@@ -101,7 +100,7 @@ def test_flex_training_on_cpu_is_refused_before_any_work():
         "attn_implementation='sdpa' to train on CPU (flex attention runs inference on CPU and trains on CUDA)."
     )
     model.tisa.requires_grad_(False)  # frozen kernels: nothing of TISA's needs the backward
-    assert attention.flex_refusal(model.tisa, torch.zeros(1, 4, 8, 8), 0.0) is None
+    assert attention.flex.flex_refusal(model.tisa, torch.zeros(1, 4, 8, 8), 0.0) is None
 
 
 def test_flex_with_attention_dropout_is_refused_with_the_fix():
@@ -123,7 +122,7 @@ def test_the_reported_backend_is_asked_about_a_mask_laid_out_like_the_bias(monke
         seen.append(mask)
         return "flash"
 
-    monkeypatch.setattr(attention, "sdpa_backend", recording_backend)
+    monkeypatch.setattr(attention.backends, "sdpa_backend", recording_backend)
     for phase in routes.PHASES:
         routes.route("sdpa", phase, 64, SHAPE, CPU, None)
     assert seen and all(mask.stride(-1) == 1 and mask.shape[-1] == 64 for mask in seen)
@@ -148,3 +147,41 @@ def test_a_cpu_says_which_route_a_cuda_training_call_takes_and_why():
         "kernel does not compile smaller ones), and this model's have 12",
     }
     assert routes.cuda_training_routes(12, torch.float32, 0.0)["sdpa"].startswith("SDPA + stored bias (memory-eff")
+
+
+class ManualStoredBias(attention.SdpaRoute):
+    """A route written outside the package: softmax(q kᵀ · scale + mask + F) v by hand, for float32 inference."""
+
+    name = "manual"
+
+    def applies(self, call: attention.SdpaCall) -> bool:
+        return not torch.is_grad_enabled()
+
+    def run(self, call: attention.SdpaCall):
+        bias = attention.logits.merge_bias(call.mask, call.kernels(call.layer, call.length, call.bias_dtype))
+        scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
+        weights = (call.query @ call.key.transpose(-1, -2) * scale + bias).softmax(-1)
+        return (weights @ call.value).transpose(1, 2).contiguous(), None
+
+
+def test_a_new_route_is_an_object_in_a_policy(monkeypatch):
+    """A route is one object placed in a policy, passed with the model call: every layer's call takes it (here
+    before the stored-bias route), with the default route's outputs."""
+    recorder = RecordingRoute().install(monkeypatch)
+    manual = ManualStoredBias()
+    policy = attention.SdpaPolicy((attention.PLAIN, manual, attention.STORED_BIAS))
+    config = tiny_config("bert", tisa={"num_kernels": 2, "init": "random"})
+    model = AutoModel.from_config(config, attn_implementation="sdpa").eval()
+    input_ids, mask = padded(config, 12)
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        output = model(input_ids=input_ids, attention_mask=mask, tisa_sdpa_policy=policy).last_hidden_state
+    layers = config.num_hidden_layers
+    assert recorder.taken == [attention.STORED_BIAS] * layers + [manual] * layers
+    torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
+    assert attention.DEFAULT_SDPA_POLICY.without(attention.BANDED).routes == (
+        attention.PLAIN,
+        attention.BLOCKWISE,
+        attention.TRAINABLE_BIAS,
+        attention.STORED_BIAS,
+    )

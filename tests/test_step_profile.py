@@ -56,11 +56,12 @@ def test_profile_prints_and_saves_each_variant_and_phase(tmp_path, capsys, monke
 
 
 def test_sections_are_labelled_only_while_profiling():
-    originals = (TisaPositionBias.forward, attention.merge_bias, dict(step_profile.AttentionInterface._global_mapping))
+    mapping = step_profile.AttentionInterface._global_mapping
+    originals = (TisaPositionBias.forward, attention.logits.merge_bias, dict(mapping))
     with step_profile.labelled_sections():
-        assert TisaPositionBias.forward is not originals[0] and attention.merge_bias is not originals[1]
-    assert (TisaPositionBias.forward, attention.merge_bias) == originals[:2]
-    assert step_profile.AttentionInterface._global_mapping == originals[2]
+        assert TisaPositionBias.forward is not originals[0] and attention.logits.merge_bias is not originals[1]
+    assert (TisaPositionBias.forward, attention.logits.merge_bias) == originals[:2]
+    assert mapping == originals[2]
 
 
 def test_top_level_calls_leave_out_the_calls_inside_them():

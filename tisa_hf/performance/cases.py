@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
 
-from .. import attention
+from ..attention import BANDED, DEFAULT_SDPA_POLICY, SDPA_POLICY_KWARG
 from ..common.interpolation import PositionInterpolation
 from ..config import TisaConfig
 from ..modeling import patch
@@ -137,13 +137,12 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
 
         return train_step
 
+    if case.section == "long" and not case.banded:
+        batch[SDPA_POLICY_KWARG] = DEFAULT_SDPA_POLICY.without(BANDED)
+
     def inference_step() -> None:
-        route, attention.BANDED_ROUTE_ENABLED = attention.BANDED_ROUTE_ENABLED, case.banded
-        try:
-            with torch.no_grad(), autocast:
-                model(**batch)
-        finally:
-            attention.BANDED_ROUTE_ENABLED = route
+        with torch.no_grad(), autocast:
+            model(**batch)
 
     return inference_step
 

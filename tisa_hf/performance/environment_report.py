@@ -1,9 +1,9 @@
 """`tisa-hf env`: this machine, and the attention route each TISA configuration takes on it.
 
-The routes come from the functions the attention code decides with (`attention.sdpa_route`,
-`attention.flex_refusal`, and PyTorch's own SDPA backend choice, `attention.sdpa_backend`), called on stand-in
-tensors of the configuration's shapes, dtypes and grad mode: the report cannot drift from what a model does. A CUDA
-training call is also described from PyTorch's rules (`cuda_training_routes`), so that a CPU can say it.
+The routes come from the attention code itself: its policy chooses the route of a call on stand-in tensors of the
+configuration's shapes, dtypes and grad mode, and the route describes itself (with PyTorch's own SDPA backend
+choice); flex attention's refusals are its own (`attention.flex`): the report cannot drift from what a model does.
+A CUDA training call is also described from PyTorch's rules (`cuda_training_routes`), so that a CPU can say it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import attention
-from ..attention import SdpaRoute
+from ..attention import BANDED, STORED_BIAS, SdpaCall
+from ..attention.flex import flex_refusal, flex_refusal_for
+from ..attention.policy import DEFAULT_SDPA_POLICY
 from ..common.machine import machine
 from ..fitting import thread_share
 from ..kernels import TisaPositionBias
@@ -82,35 +83,19 @@ def route_of_kernels(
         if implementation == "eager":
             return "eager attention, stored bias"
         if implementation == "flex_attention":
-            refusal = attention.flex_refusal(kernels, query, phase.dropout)
+            refusal = flex_refusal(kernels, query, phase.dropout)
             return "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod"
-        chosen = attention.sdpa_route(kernels, query, query, phase.dropout, {}, 0)
-        if chosen is SdpaRoute.BANDED:
+        call = SdpaCall(query, query, query, None, phase.dropout, None, kernels, 0)
+        chosen = DEFAULT_SDPA_POLICY.choose(call)
+        if chosen is BANDED:
             # The stand-in kernels are 0, which takes the banded route; kernels nonzero at every offset (f = 1) take
             # the route of any layer whose band is too wide.
-            backend = attention.sdpa_backend(query, query, None, phase.dropout)
+            description = chosen.describe(call)
             with torch.no_grad():
                 kernels.amplitude.fill_(1.0)
             wide = route_of_kernels(kernels, implementation, phase, length, shape, device, autocast)
-            share = attention.BANDED_MAX_WIDTH_SHARE
-            return (
-                f"{wide}, or {chosen.value} ({backend}) for a layer whose f(k) is 0 outside a band of at most "
-                f"{share:g}n offsets"
-            )
-        dtype = attention.bias_dtype(query)
-        rows = length
-        if chosen is SdpaRoute.BLOCKWISE:
-            row_bytes = shape.heads * length * dtype.itemsize
-            rows = attention.blockwise_rows(length, row_bytes, device)
-        # One row, expanded: a stand-in of the stored bias's shape without its size. Its last dimension keeps stride
-        # 1, as the real bias's does: PyTorch's fused kernels require that of a mask and otherwise fall back to math.
-        mask = torch.zeros(1, 1, 1, length, dtype=dtype, device=device, requires_grad=kernels.needs_grad())
-        mask = mask.expand(1, shape.heads, rows, length)
-        if chosen is SdpaRoute.TRAINABLE_BIAS:
-            backend = attention.sdpa_backend(query, query, mask.detach(), 0.0) + " forward"
-        else:
-            backend = attention.sdpa_backend(query[:, :, :rows], query, mask, phase.dropout)
-        return f"{chosen.value} ({backend})"
+            return f"{wide}, or {description}"
+        return chosen.describe(call)
 
 
 # On CUDA GPUs of compute capability 8 and above, PyTorch's memory-efficient SDPA kernel needs the head size to be a
@@ -134,9 +119,9 @@ def cuda_training_routes(head_dim: int, dtype: torch.dtype, dropout: float) -> d
             + (" and has dropout" if dropout else "")
             + "; the flash kernel takes no bias"
         )
-    refusal = attention.flex_refusal_for("cuda", head_dim, dropout, trains_kernels=True)
+    refusal = flex_refusal_for("cuda", head_dim, dropout, trains_kernels=True)
     flex = "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod (no (H, n, n) bias)"
-    return {"sdpa": f"{SdpaRoute.STORED_BIAS.value} ({backend})", "flex_attention": flex}
+    return {"sdpa": f"{STORED_BIAS.name} ({backend})", "flex_attention": flex}
 
 
 def route_table(

@@ -26,6 +26,7 @@ from transformers import AttentionInterface, BertForSequenceClassification
 from transformers.models.bert import modeling_bert
 
 from .. import attention
+from ..attention import logits
 from ..config import TisaConfig
 from ..kernels import TisaPositionBias
 from ..modeling import patch
@@ -71,7 +72,7 @@ def labelled_sections() -> Iterator[None]:
     targets: list[tuple[object, str, str]] = [
         (TisaPositionBias, "forward", BIAS),
         (TisaPositionBias, "offset_values", BIAS),
-        (attention, "merge_bias", BIAS),
+        (logits, "merge_bias", BIAS),  # every route merges through this module's function
         (modeling_bert, "eager_attention_forward", ATTENTION),
     ]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]

@@ -1,0 +1,44 @@
+"""The one place where TISA's bias enters the attention logits: attention functions of TISA's own, and the routes
+`tisa_sdpa` takes.
+
+- `functions.py`: the `tisa_eager`, `tisa_sdpa` and `tisa_flex_attention` functions transformers calls, and their
+  registration; `sites.py` finds a module's layer and kernels, `length_scale.py` scales long queries,
+  `logits.py` merges the bias with the padding mask.
+- `tisa_sdpa`'s routes, one module each, tried in the order of `policy.py`: `stored_bias.py` (transformers' sdpa,
+  plain or with the bias stored in the mask), `banded.py` and `blockwise.py` (long inputs without the (H, n, n)
+  bias), `trainable_bias.py` (the CPU's fused kernel with a bias that trains). A route is an object that says
+  whether it applies to a call, runs it and describes itself (`route.py`); a new route is a module and its place
+  in the policy.
+- `flex.py`: flex attention with the offset values in its score modification, and the calls it refuses.
+- `backends.py`: the SDPA backend PyTorch picks, for `tisa-hf env`.
+"""
+
+from .functions import ATTENTION_FUNCTIONS, register_attention_functions
+from .policy import (
+    BANDED,
+    BLOCKWISE,
+    DEFAULT_SDPA_POLICY,
+    PLAIN,
+    SDPA_POLICY_KWARG,
+    STORED_BIAS,
+    TRAINABLE_BIAS,
+    SdpaPolicy,
+    sdpa_route,
+)
+from .route import SdpaCall, SdpaRoute
+
+__all__ = [
+    "ATTENTION_FUNCTIONS",
+    "BANDED",
+    "BLOCKWISE",
+    "DEFAULT_SDPA_POLICY",
+    "PLAIN",
+    "SDPA_POLICY_KWARG",
+    "STORED_BIAS",
+    "TRAINABLE_BIAS",
+    "SdpaCall",
+    "SdpaPolicy",
+    "SdpaRoute",
+    "register_attention_functions",
+    "sdpa_route",
+]

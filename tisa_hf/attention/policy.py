@@ -1,0 +1,59 @@
+"""Which route a `tisa_sdpa` call takes: the first of an ordered list of routes that applies to it.
+
+The default order: transformers' sdpa where the layer has no kernels; for long inputs without gradients, banded where
+the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
+would push PyTorch off its fused kernel; SDPA with the stored bias for everything else. A model call may pass another
+policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side so)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels import TisaPositionBias
+from .banded import BandedRoute
+from .blockwise import BlockwiseRoute
+from .route import SdpaCall, SdpaRoute
+from .stored_bias import PlainRoute, StoredBiasRoute
+from .trainable_bias import TrainableBiasRoute
+
+PLAIN, BANDED, BLOCKWISE = PlainRoute(), BandedRoute(), BlockwiseRoute()
+TRAINABLE_BIAS, STORED_BIAS = TrainableBiasRoute(), StoredBiasRoute()
+# The keyword argument of a model call that carries its policy down to every attention call.
+SDPA_POLICY_KWARG = "tisa_sdpa_policy"
+
+
+@dataclass(frozen=True)
+class SdpaPolicy:
+    """Routes in the order they are tried; the last must apply to every call."""
+
+    routes: tuple[SdpaRoute, ...]
+
+    def choose(self, call: SdpaCall) -> SdpaRoute:
+        for route in self.routes:
+            if route.applies(call):
+                return route
+        raise ValueError(f"no route of {self.routes} applies to this call")
+
+    def without(self, route: SdpaRoute) -> SdpaPolicy:
+        """This policy with `route` left out (its calls go on to the next route that applies)."""
+        return SdpaPolicy(tuple(kept for kept in self.routes if kept is not route))
+
+
+DEFAULT_SDPA_POLICY = SdpaPolicy((PLAIN, BANDED, BLOCKWISE, TRAINABLE_BIAS, STORED_BIAS))
+
+
+def sdpa_route(
+    kernels: TisaPositionBias | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    dropout: float,
+    kwargs: dict,
+    layer: int | None = None,
+    policy: SdpaPolicy = DEFAULT_SDPA_POLICY,
+) -> SdpaRoute:
+    """The route a call of `layer` with this query and key takes (its autocast and grad modes included), for a
+    description of it (`tisa-hf env`); without a layer, the banded route (which reads the layer's kernels) is not
+    considered."""
+    return policy.choose(SdpaCall(query, key, key, None, dropout, None, kernels, layer, kwargs=kwargs))

@@ -1,0 +1,80 @@
+"""The CPU trainable-bias route: PyTorch leaves its fused CPU kernel for the unfused math path as soon as the float
+mask requires a gradient, which TISA's bias does in training, and has no fused CPU kernel that returns a mask
+gradient. `TrainableBiasAttention` runs the fused kernel forward with the bias as a constant mask and recomputes the
+probabilities from the saved log-sum-exp in its backward."""
+
+from __future__ import annotations
+
+import torch
+
+from . import backends, logits
+from .route import FUSED_DTYPES, SdpaCall, SdpaRoute, stand_in_bias
+
+
+class TrainableBiasRoute(SdpaRoute):
+    name = "trainable-bias SDPA"
+
+    def applies(self, call: SdpaCall) -> bool:
+        return (
+            takes_fused_bias_path(call.query, call.key, call.kernels.needs_grad(), call.bias_dtype, call.dropout)
+            and call.takes_fused_arguments()
+        )
+
+    def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
+        mask = logits.merge_bias(call.mask, call.kernels(call.layer, call.length, call.bias_dtype))
+        scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
+        output = TrainableBiasAttention.apply(call.query, call.key, call.value, mask, scale)
+        return output.transpose(1, 2).contiguous(), None
+
+    def describe(self, call: SdpaCall) -> str:
+        return f"{self.name} ({backends.sdpa_backend(call.query, call.key, stand_in_bias(call).detach(), 0.0)} forward)"
+
+
+def takes_fused_bias_path(
+    query: torch.Tensor, key: torch.Tensor, bias_requires_grad: bool, dtype: torch.dtype, dropout: float
+) -> bool:
+    """Whether a call would leave PyTorch's fused CPU kernel only because its float bias (of `dtype`, merged with
+    the 4-D padding mask) requires a gradient."""
+    return (
+        bias_requires_grad
+        and torch.is_grad_enabled()
+        and query.device.type == "cpu"
+        and query.dtype in FUSED_DTYPES
+        and dtype == query.dtype
+        and query.shape[1] == key.shape[1]
+        and not dropout
+    )
+
+
+class TrainableBiasAttention(torch.autograd.Function):
+    """softmax(q kᵀ · scale + bias) v through the fused CPU kernel, with a hand-written backward for the bias."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, bias, scale):
+        output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, attn_mask=bias, scale=scale
+        )
+        ctx.save_for_backward(query, key, value, bias, output, logsumexp)
+        ctx.scale = scale
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        query, key, value, bias, output, logsumexp = ctx.saved_tensors
+        scale = ctx.scale
+        probabilities = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(bias)
+        # A conversion or reduction that would change nothing is skipped: each is an operator call of its own.
+        logsumexp = logsumexp.unsqueeze(-1)
+        if logsumexp.dtype != probabilities.dtype:
+            logsumexp = logsumexp.to(probabilities.dtype)
+        probabilities = probabilities.sub_(logsumexp).exp_()
+        grad_value = torch.matmul(probabilities.transpose(-1, -2), grad_output)
+        row_dot = (grad_output * output).sum(-1, keepdim=True)
+        grad_scores = torch.matmul(grad_output, value.transpose(-1, -2)).sub_(row_dot).mul_(probabilities)
+        del probabilities
+        grad_query = torch.matmul(grad_scores, key).mul_(scale)
+        grad_key = torch.matmul(grad_scores.transpose(-1, -2), query).mul_(scale)
+        grad_bias = None
+        if ctx.needs_input_grad[3]:
+            grad_bias = grad_scores if grad_scores.shape == bias.shape else grad_scores.sum_to_size(bias.shape)
+        return grad_query, grad_key, grad_value, grad_bias, None
