@@ -1,7 +1,8 @@
 """CUDA correctness of TISA's attention routes (skipped without a GPU): sdpa against eager with padding in every
 precision, kernel-only training of a frozen encoder, replace mode far past the position table, flex attention's
-kernel gradients, a checkpoint saved on the GPU read on the CPU, kernels fitted to a model on the GPU, and late
-interaction's MaxSim computed on the GPU. The banded route's CUDA cases are in test_banded.py."""
+kernel gradients, a checkpoint saved on the GPU read on the CPU, kernels fitted to a model on the GPU, late
+interaction's MaxSim computed on the GPU, and an Inductor-compiled training step. The banded route's CUDA cases
+are in test_banded.py."""
 
 from __future__ import annotations
 
@@ -181,3 +182,23 @@ def test_late_interaction_on_the_gpu_equals_the_cpu_one(monkeypatch):
     for document in documents:
         torch.testing.assert_close(on_gpu(document.numpy()), on_cpu(document.numpy()), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(on_gpu(document.to(CUDA)), on_cpu(document.numpy()), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_inductor_compiled_training_on_the_gpu_equals_eager(dtype):
+    """`torch.compile(fullgraph=True)` with Inductor on CUDA: outputs and kernel gradients of a padded batch within
+    each precision's tolerance of eager, the backward included."""
+    config = tiny_config("bert", tisa={"num_kernels": 3, "mode": "replace", "init": "random"})
+    weights = twin("sdpa", config).state_dict()
+    input_ids, mask = padded(config, 24)
+    expected, expected_grads = outputs_and_kernel_grads("sdpa", config, weights, input_ids, mask, dtype)
+    model = twin("sdpa", config, weights).train()
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.autocast("cuda", dtype=dtype, enabled=dtype is not torch.float32):
+        output = compiled(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    probe = torch.randn(output[keep].shape, generator=torch.Generator().manual_seed(2)).to(output.device)
+    (output[keep].float() * probe).sum().backward()
+    assert relative_error(output[keep], expected) < TOLERANCE[dtype]
+    for name, expected_grad in zip(("amplitude", "sharpness", "center"), expected_grads, strict=True):
+        assert relative_error(getattr(model.tisa, name).grad, expected_grad) < TOLERANCE[dtype] * 10, name

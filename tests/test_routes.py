@@ -57,6 +57,14 @@ def test_env_command_prints_the_machine_and_the_routes(capsys):
     assert lines[0].startswith(f"torch {torch.__version__} (CUDA ") and lines[0].endswith("device cpu")
     assert f"torch threads: {torch.get_num_threads()} intra-op" in lines[2]
     assert "  sdpa, float32, train, dropout 0: 128, 8192: trainable-bias SDPA (flash forward)" in lines
+    assert (
+        "  sm_75 (Turing: RTX 2080, T4): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 (no "
+        "bf16); flex attention: not available" in lines
+    )
+    assert (
+        "  sm_90 (Hopper: H100, H200): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 or bf16; "
+        "flex attention: offset table in score_mod" in lines
+    )
     assert "  sdpa, float32, train: 128, 8192: SDPA + stored bias (math)" in lines
     assert (
         "  sdpa, float32, inference: 128: SDPA + stored bias (flash); 8192: blockwise SDPA (flash), or banded SDPA "

@@ -93,3 +93,31 @@ def test_compile_times_plain_and_tisa_eager_and_compiled_side_by_side(tmp_path, 
     table = capsys.readouterr().out.splitlines()
     compiled_lines = [line for line in table if line.split()[:1] == ["compiled"]]
     assert len(compiled_lines) == 4 and all("(compile " in line for line in compiled_lines)
+
+
+def test_a_step_held_to_one_sdpa_backend_runs_on_it_and_fp16_training_scales_its_loss(monkeypatch):
+    """`--sdpa-backend math` holds every SDPA call of a step to that backend (a backend that cannot run the call
+    fails instead of falling back), and an fp16 training step goes through a GradScaler."""
+    monkeypatch.setattr(cases, "bert_base_config", small_config)
+    case = cases.ModelCase("train", "sdpa", 1, 8, True, "float32", "cpu", 0.1, sdpa_backend="math")  # stored bias
+    assert case.label() == "train sdpa 1x8 float32 math SDPA only"
+    held = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        held.append(torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    cases.step_function(case, cases.build_model(case))()
+    assert held and all(held)
+    scaled, scale = [], torch.amp.GradScaler.scale
+
+    def recording_scale(self, loss):
+        scaled.append(self.is_enabled())
+        return scale(self, loss)
+
+    monkeypatch.setattr(torch.amp.GradScaler, "scale", recording_scale)
+    fp16 = cases.ModelCase("train", "sdpa", 1, 8, True, "float16", "cpu", 0.0)
+    cases.step_function(fp16, cases.build_model(fp16))()
+    assert scaled == [True]

@@ -87,6 +87,8 @@ def test_bench_checks_its_device_output_and_counts_before_timing(workspace, caps
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match=r"^--device cuda, but this torch sees no CUDA device; use --device cpu.$"):
             bench.parse_args(["--device", "cuda", "--output", str(workspace / "bench.json")])
+    with pytest.raises(UsageError, match=r"^--sdpa-backend efficient is a CUDA kernel; give --device cuda, or leave"):
+        bench.parse_args(["--device", "cpu", "--sdpa-backend", "efficient", "--output", str(workspace / "bench.json")])
     for option, value, message in (
         ("--repeats", "0", "must be at least 1, got 0"),
         ("--bias-lengths", "-16", "must be at least 1, got -16"),

@@ -265,6 +265,12 @@ def bench_parser() -> argparse.ArgumentParser:
         "--compile-backend", choices=("inductor", "aot_eager"), default="inductor", help="--compile: the backend"
     )
     parser.add_argument(
+        "--sdpa-backend",
+        choices=("efficient", "math"),
+        help="train, infer, replace: hold PyTorch's SDPA to this backend (efficient: the one a Turing GPU such as an "
+        "RTX 2080 runs the bias on; CUDA only)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="instead of timing: operator calls (and on CUDA kernels) and section times of one step of each variant",

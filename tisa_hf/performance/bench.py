@@ -16,7 +16,9 @@ Sections (all by default):
 
 `--compile` adds each `train` and `infer` model compiled with `torch.compile` (Inductor, or `--compile-backend`):
 the plain and TISA models, eager and compiled, timed interleaved, each compile's wall time (its first step)
-reported apart, and the compiled ratio beside the eager one.
+reported apart, and the compiled ratio beside the eager one. `--sdpa-backend efficient` holds PyTorch's SDPA to
+its memory-efficient kernel, the one a Turing GPU (sm_75) runs TISA's bias on; fp16 training steps go through a
+GradScaler.
 
 `--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
 
@@ -306,9 +308,10 @@ def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tupl
         shapes = [(8, 128), (2, 512)]
         implementations = args.implementations
     dropout = args.attention_dropout if section == "train" else 0.0
+    held_backend = {"sdpa_backend": args.sdpa_backend}
     return [
         tuple(
-            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout)
+            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout, **held_backend)
             for tisa in (False, True)
         )
         for implementation in implementations
@@ -400,6 +403,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The options, checked: the device can be used, the output written and the long section's model read."""
     args = bench_parser().parse_args(argv)
     args.device = str(checked_device(args.device))
+    if args.sdpa_backend == "efficient" and torch.device(args.device).type != "cuda":
+        raise UsageError("--sdpa-backend efficient is a CUDA kernel; give --device cuda, or leave the option out.")
     if not args.memory_worker:
         check_output(args.output)
     if "long" in args.sections and args.long_model:

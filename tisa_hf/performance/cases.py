@@ -4,10 +4,12 @@ interpolation, or reading 512-token chunks."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
 
 from ..attention import BANDED, DEFAULT_SDPA_POLICY, SDPA_POLICY_KWARG
@@ -17,6 +19,9 @@ from ..modeling import patch
 from ..packaged import minilm_path
 
 TISA_KERNELS = 5
+# `--sdpa-backend`: the backend a step is held to. "efficient" is what a Turing GPU (an RTX 2080, sm_75) runs TISA's
+# bias on in fp16 and fp32: it has no bf16, no FlashAttention-2 and no cuDNN attention.
+SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 CHUNK_TOKENS = 510  # a chunk's tokens: with [CLS] and [SEP], the 512 positions of MiniLM's table
 
 
@@ -36,6 +41,7 @@ class ModelCase:
     banded: bool = True  # long: whether TISA may take the banded route (False: the blockwise route before it)
     chunked: bool = False  # long: the original model reading the input as 512-token chunks (chunk-and-average)
     compile_backend: str | None = None  # train, infer: the model run through torch.compile with this backend
+    sdpa_backend: str | None = None  # the only SDPA backend PyTorch may pick ("efficient": a Turing GPU's), or any
 
     def label(self) -> str:
         label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
@@ -43,6 +49,8 @@ class ModelCase:
             label += f" {self.variant()}"
         if self.compile_backend is not None:
             label += f" compiled ({self.compile_backend})"
+        if self.sdpa_backend is not None:
+            label += f" {self.sdpa_backend} SDPA only"
         return label
 
     def variant(self) -> str:
@@ -117,31 +125,41 @@ def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
 
 
 def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]:
-    """One training step (forward, backward, AdamW) or one no-grad forward, under autocast for bf16 and fp16 (no
-    loss scaling: the step's cost is what is measured); the model compiled where the case says (the optimizer step
-    stays eager, as Trainer's and Accelerate's compile leave it)."""
+    """One training step (forward, backward, AdamW; in fp16 through a GradScaler, as mixed-precision training runs it)
+    or one no-grad forward, under autocast for bf16 and fp16; the model compiled where the case says (the optimizer
+    step stays eager, as Trainer's and Accelerate's compile leave it), and PyTorch's SDPA held to one backend where
+    the case names one."""
     batch = make_batch(case)
     if case.compile_backend is not None:
         model = torch.compile(model, backend=case.compile_backend)
+    if case.section == "long" and not case.banded:
+        batch[SDPA_POLICY_KWARG] = DEFAULT_SDPA_POLICY.without(BANDED)
     device_type = torch.device(case.device).type
-    autocast = torch.autocast(device_type, dtype=getattr(torch, case.dtype), enabled=case.dtype != "float32")
+    dtype = getattr(torch, case.dtype)
+
+    def context() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=case.dtype != "float32"))
+        if case.sdpa_backend is not None:
+            stack.enter_context(sdpa_kernel(SDPA_BACKENDS[case.sdpa_backend]))
+        return stack
+
     if case.section == "train":
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        scaler = torch.amp.GradScaler(device_type, enabled=case.dtype == "float16")
 
         def train_step() -> None:
-            with autocast:
+            with context():
                 loss = model(**batch).loss
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
 
         return train_step
 
-    if case.section == "long" and not case.banded:
-        batch[SDPA_POLICY_KWARG] = DEFAULT_SDPA_POLICY.without(BANDED)
-
     def inference_step() -> None:
-        with torch.no_grad(), autocast:
+        with torch.no_grad(), context():
             model(**batch)
 
     return inference_step

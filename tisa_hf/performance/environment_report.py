@@ -124,6 +124,26 @@ def cuda_training_routes(head_dim: int, dtype: torch.dtype, dropout: float) -> d
     return {"sdpa": f"{STORED_BIAS.name} ({backend})", "flex_attention": flex}
 
 
+# Compute capabilities of the GPUs users train on, by PyTorch's rules (sdp_utils.cpp): the memory-efficient SDPA kernel
+# (the one that takes TISA's bias and returns its gradient) runs from 5.0, FlashAttention-2 (no bias) and bf16 from
+# 8.0; flex attention does not run below 8.0 (pytorch#164813).
+GPU_GENERATIONS = (
+    ((7, 5), "Turing: RTX 2080, T4"),
+    ((8, 0), "Ampere: A100"),
+    ((8, 6), "Ampere: RTX 3090, A10"),
+    ((8, 9), "Ada: RTX 4090, L4"),
+    ((9, 0), "Hopper: H100, H200"),
+)
+BF16_FROM = FLEX_FROM = (8, 0)
+
+
+def capability_route(capability: tuple[int, int]) -> str:
+    """What a TISA model runs on, on a CUDA GPU of this compute capability."""
+    precisions = "fp32 or fp16" + (" or bf16" if capability >= BF16_FROM else " (no bf16)")
+    flex = "offset table in score_mod" if capability >= FLEX_FROM else "not available"
+    return f"sdpa: {STORED_BIAS.name} on the memory-efficient kernel, {precisions}; flex attention: {flex}"
+
+
 def route_table(
     device: torch.device, lengths: list[int], shape: Shape = Shape()
 ) -> list[tuple[str, str, str, list[str]]]:
@@ -170,6 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     for implementation, precision, phase, routes in route_table(device, args.lengths, shape):
         print(f"  {implementation}, {precision}, {phase}: {grouped(args.lengths, routes)}")
+    print(
+        "\nroute of a TISA call (training, and inference within the bias cache) by GPU compute capability, by "
+        "PyTorch's rules:"
+    )
+    here = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    for capability, generation in GPU_GENERATIONS:
+        mark = "  (this GPU)" if here == capability else ""
+        print(f"  sm_{capability[0]}{capability[1]} ({generation}): {capability_route(capability)}{mark}")
     print(f"\nroute of a CUDA training call at any length, by PyTorch's rules (heads of {shape.head_dim}):")
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for dropout in (0.1, 0.0):
