@@ -29,7 +29,9 @@ class GlueTask:
     `main_metric` is the score that ranks models of the task, on its first dev set: the one the TISA paper's
     table 3 (and ALBERT's) reports, Matthews correlation for CoLA, Pearson for STS-B, accuracy elsewhere (MRPC and
     QQP too, whose F1 is reported beside it). Reports use it by default and --load_best_model_at_end selects on it.
-    `dev_files` maps each evaluation split to its TSV file name.
+    `official_metrics` are the task's metrics, in the order runs record them (`metrics`: the main metric alone
+    where not given). `dev_files` maps each evaluation split to its TSV file name, and `report_columns` names each
+    one's column in `tisa-hf report`'s table (the task's display name where it has one split).
     """
 
     name: str
@@ -39,6 +41,17 @@ class GlueTask:
     label_names: tuple[str, ...] | None
     main_metric: str
     dev_files: tuple[tuple[str, str], ...] = (("validation", "dev.tsv"),)
+    official_metrics: tuple[str, ...] = ()
+    report_columns: tuple[str, ...] = ()
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return self.official_metrics or (self.main_metric,)
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """(report column, dev split) of each evaluation split."""
+        return tuple(zip(self.report_columns or (self.folder,), self.eval_splits, strict=True))
 
     @property
     def is_regression(self) -> bool:
@@ -65,11 +78,31 @@ TASKS: dict[str, GlueTask] = {
         GlueTask("cola", "CoLA", ("sentence",), (3, 1), _BINARY, "matthews_correlation"),
         GlueTask("sst2", "SST-2", ("sentence",), ("sentence", "label"), _BINARY, "accuracy"),
         GlueTask(
-            "mrpc", "MRPC", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"), _BINARY, "accuracy"
+            "mrpc",
+            "MRPC",
+            ("sentence1", "sentence2"),
+            ("#1 String", "#2 String", "Quality"),
+            _BINARY,
+            "accuracy",
+            official_metrics=("f1", "accuracy"),
         ),
-        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"), None, "pearson"),
         GlueTask(
-            "qqp", "QQP", ("question1", "question2"), ("question1", "question2", "is_duplicate"), _BINARY, "accuracy"
+            "stsb",
+            "STS-B",
+            ("sentence1", "sentence2"),
+            ("sentence1", "sentence2", "score"),
+            None,
+            "pearson",
+            official_metrics=("pearson", "spearmanr"),
+        ),
+        GlueTask(
+            "qqp",
+            "QQP",
+            ("question1", "question2"),
+            ("question1", "question2", "is_duplicate"),
+            _BINARY,
+            "accuracy",
+            official_metrics=("f1", "accuracy"),
         ),
         GlueTask(
             "mnli",
@@ -79,6 +112,7 @@ TASKS: dict[str, GlueTask] = {
             ("entailment", "neutral", "contradiction"),
             "accuracy",
             (("validation_matched", "dev_matched.tsv"), ("validation_mismatched", "dev_mismatched.tsv")),
+            report_columns=("MNLI-m", "MNLI-mm"),
         ),
         GlueTask("qnli", "QNLI", ("question", "sentence"), ("question", "sentence", "label"), _ENTAILMENT, "accuracy"),
         GlueTask(

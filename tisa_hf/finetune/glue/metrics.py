@@ -9,6 +9,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from ...errors import UsageError
+from .data import get_task
 
 Metric = Callable[[np.ndarray, np.ndarray], float]  # (predictions, labels) -> score
 
@@ -20,33 +21,21 @@ METRICS: dict[str, Metric] = {
     "spearmanr": lambda predictions, labels: float(spearmanr(predictions, labels)[0]),
 }
 
-# Each task's official metrics (STS-B: correlations of the predicted and gold similarity scores).
-TASK_METRICS: dict[str, tuple[str, ...]] = {
-    "cola": ("matthews_correlation",),
-    "sst2": ("accuracy",),
-    "mrpc": ("f1", "accuracy"),
-    "stsb": ("pearson", "spearmanr"),
-    "qqp": ("f1", "accuracy"),
-    "mnli": ("accuracy",),
-    "qnli": ("accuracy",),
-    "rte": ("accuracy",),
-    "wnli": ("accuracy",),
-}
-
 
 def predictions_from_logits(task: str, logits: np.ndarray) -> np.ndarray:
-    """Argmax for classification, the score for STS-B."""
-    return np.asarray(logits.squeeze(-1) if task == "stsb" else logits.argmax(-1))
+    """Argmax for classification, the score for a regression task (STS-B)."""
+    return np.asarray(logits.squeeze(-1) if get_task(task).is_regression else logits.argmax(-1))
 
 
 def glue_metrics(task: str, logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """The task's official metrics from model outputs."""
     predictions, labels = predictions_from_logits(task, logits), np.asarray(labels)
-    return {name: METRICS[name](predictions, labels) for name in TASK_METRICS[task]}
+    return {name: METRICS[name](predictions, labels) for name in get_task(task).metrics}
 
 
 def glue_metric(task: str, name: str, logits: np.ndarray, labels: np.ndarray) -> float:
     """One of the task's official metrics (what a bootstrap recomputes thousands of times)."""
-    if name not in TASK_METRICS[task]:
-        raise UsageError(f"{task} has no metric {name!r}; its metrics are {', '.join(TASK_METRICS[task])}.")
+    metrics = get_task(task).metrics
+    if name not in metrics:
+        raise UsageError(f"{task} has no metric {name!r}; its metrics are {', '.join(metrics)}.")
     return METRICS[name](predictions_from_logits(task, logits), np.asarray(labels))
