@@ -5,6 +5,7 @@ layers)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -202,3 +203,92 @@ def test_only_the_launcher_modules_run_as_main():
     the training commands; a command's own module is not a second, differently behaving entry."""
     launchers = [module for module, path in module_files().items() if 'if __name__ == "__main__":' in path.read_text()]
     assert sorted(launchers) == sorted(LAYERS[-1])
+
+
+# docs/code-layout.md names every module of the package by its path relative to `tisa_hf/` (`attention/banded.py`),
+# or by its bare name (`banded.py`) in a list item that, itself or an item enclosing it, names the module's folder
+# (`attention/`); a package's `__init__.py` is named by its folder. Every file and folder the page names exists.
+CODE_LAYOUT = PACKAGE.parent / "docs" / "code-layout.md"
+LIST_ITEM = re.compile(r"^( *)(?:\d+\.|-) ")
+NAMED_FILE = re.compile(r"`(?:tisa_hf/)?([\w./]*?\w+\.py)`")
+NAMED_FOLDER = re.compile(r"`(?:tisa_hf/)?([\w./]*\w/)`")
+
+
+def layout_items() -> list[str]:
+    """The page's list items and paragraphs (outside code blocks), each with the text of the items enclosing it."""
+    items: list[tuple[str, int | None]] = []  # (text, index of the enclosing item)
+    open_items: list[tuple[int, int]] = []  # (indent, index), outermost first
+    in_code = after_blank = False
+    for line in CODE_LAYOUT.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code or not line.strip():
+            after_blank = after_blank or not in_code
+            continue
+        match = LIST_ITEM.match(line)
+        if match:
+            indent = len(match.group(1))
+            while open_items and not 0 <= open_items[-1][0] < indent:  # a paragraph (-1) encloses no item
+                open_items.pop()
+            items.append((line, open_items[-1][1] if open_items else None))
+            open_items.append((indent, len(items) - 1))
+        elif open_items and (line.startswith(" ") or not after_blank):
+            index = open_items[-1][1]
+            items[index] = (items[index][0] + " " + line.strip(), items[index][1])
+        else:
+            items.append((line, None))
+            open_items = [(-1, len(items) - 1)]
+        after_blank = False
+
+    def with_enclosing(index: int | None) -> str:
+        return "" if index is None else items[index][0] + " " + with_enclosing(items[index][1])
+
+    return [with_enclosing(index) for index in range(len(items))]
+
+
+def folders_named(text: str) -> set[str]:
+    """The package folders a text names: `finetune/glue/`, or `classify/` for every folder of that name."""
+    folders = {
+        path.relative_to(PACKAGE).as_posix() + "/"
+        for path in PACKAGE.rglob("*")
+        if path.is_dir() and path.name != "__pycache__"
+    }
+    return {
+        folder
+        for name in NAMED_FOLDER.findall(text)
+        for folder in folders
+        if folder == name or folder.endswith("/" + name)
+    }
+
+
+def test_the_code_layout_page_names_every_module():
+    """A new module is named on the page, in the item of its folder, in the same change that adds it."""
+    named: set[str] = set()
+    for text in layout_items():
+        for name in NAMED_FILE.findall(text):
+            named.add(name)
+            named |= {folder + name for folder in folders_named(text)}
+    modules = sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" and "__pycache__" not in path.parts
+    )
+    assert [module for module in modules if module not in named] == []
+
+
+def test_the_code_layout_page_names_only_files_and_folders_that_exist():
+    """A named file exists in the package (a bare name in a folder the item names, or in the package itself) or, as a
+    path, in the repository; a named folder exists in the package or the repository."""
+    repository = PACKAGE.parent
+    missing = []
+    for text in layout_items():
+        folders = folders_named(text)
+        for name in NAMED_FILE.findall(text):
+            places = [PACKAGE / name, repository / name] + [PACKAGE / folder / name for folder in folders]
+            if not any(place.is_file() for place in places):
+                missing.append(name)
+        for name in NAMED_FOLDER.findall(text):
+            if not (folders_named(f"`{name}`") or (repository / name).is_dir()):
+                missing.append(name)
+    assert sorted(set(missing)) == []
