@@ -3,8 +3,12 @@ architecture, saved models with a word-level tokenizer, GLUE-format tasks and Wi
 
 from __future__ import annotations
 
+import os
 import random
+import shlex
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -175,6 +179,56 @@ def two_process_launch(module: str) -> list[str]:
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
         "1", "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
     ]  # fmt: skip
+
+
+def two_machine_launch(
+    module: str, argv: list[str], environment: dict[str, str], timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """`module` run as two machines of one process each (`accelerate launch --num_machines 2`, machine ranks 0 and
+    1, rendezvous on 127.0.0.1), on CPU with gloo, both inside a network namespace of their own that holds only the
+    loopback interface (`unshare --net`): torchrun's rendezvous store listens on every address of its machine, and
+    there no address but 127.0.0.1 exists. `environment` is added to this process's. Both are killed if they
+    outlive `timeout` seconds; the exit status is nonzero if either machine failed, and stdout holds both
+    machines' output."""
+    launch = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+        "2", "--main_process_ip", "127.0.0.1", "--main_process_port", "29500", "--mixed_precision", "no",
+        "--dynamo_backend", "no", "-m", module, *argv,
+    ]  # fmt: skip
+    machines = [shlex.join([*launch[:3], "--machine_rank", str(rank), *launch[3:]]) for rank in (0, 1)]
+    script = (
+        f"ip link set lo up && {{ {machines[0]} & first=$!; {machines[1]} & second=$!; "
+        "wait $first; a=$?; wait $second; b=$?; exit $((a | b)); }"
+    )
+    environment = {
+        **os.environ,
+        **environment,
+        "ACCELERATE_USE_CPU": "true",
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    with subprocess.Popen(
+        ["unshare", "--net", "sh", "-c", script],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, output, None)
+
+
+def network_namespaces_available() -> bool:
+    """Whether this process may make a network namespace of its own (`unshare --net`: root, or CAP_SYS_ADMIN)."""
+    try:
+        return subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=30).returncode == 0
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
 
 
 class RecordingRoute:

@@ -13,7 +13,15 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tests.fixtures import glue_argv, two_process_launch, write_glue_tsv, write_rte_tsv, write_tiny_model
+from tests.fixtures import (
+    glue_argv,
+    network_namespaces_available,
+    two_machine_launch,
+    two_process_launch,
+    write_glue_tsv,
+    write_rte_tsv,
+    write_tiny_model,
+)
 from tisa_hf.common.machine import processor_name
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
@@ -209,17 +217,24 @@ def test_uneven_batch_split_is_refused(workspace, tmp_path):
         run_glue(glue_argv(workspace, tmp_path / "x", "--gradient-accumulation-steps", "3"))
 
 
-def test_two_processes_match_one_with_the_same_global_batch(workspace, tmp_path):
+@pytest.fixture(scope="module")
+def two_process_run(workspace, tmp_path_factory) -> Path:
+    """The 12-step glue run as 2 CPU processes on one machine (`accelerate launch --num_processes 2`)."""
     if torch.cuda.is_available():
-        pytest.skip("this test runs its two processes on CPU")
-    single, double = tmp_path / "single", tmp_path / "double"
-    run_glue(glue_argv(workspace, single, "--tisa.num_kernels", "1"))
+        pytest.skip("these tests run their processes on CPU")
+    double = tmp_path_factory.mktemp("two-processes") / "run"
     command = [*two_process_launch("tisa_hf.glue"), *glue_argv(workspace, double, "--tisa.num_kernels", "1")]
     # accelerate 1.x's `--cpu` starts a single process; `--multi_gpu` starts two (torchrun), which
     # ACCELERATE_USE_CPU puts on CPU with the gloo backend.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
+    return double
+
+
+def test_two_processes_match_one_with_the_same_global_batch(workspace, tmp_path, two_process_run):
+    single, double = tmp_path / "single", two_process_run
+    run_glue(glue_argv(workspace, single, "--tisa.num_kernels", "1"))
     one = json.loads((single / "metrics.json").read_text())
     two = json.loads((double / "metrics.json").read_text())
     assert two["num_processes"] == 2 and one["num_processes"] == 1
@@ -230,6 +245,24 @@ def test_two_processes_match_one_with_the_same_global_batch(workspace, tmp_path)
         )
     weights_one, weights_two = weights(single), weights(double)
     assert all(torch.allclose(weights_one[name], weights_two[name], atol=1e-5) for name in weights_one)
+
+
+def test_two_machines_end_with_the_weights_of_two_processes_on_one(workspace, tmp_path, two_process_run):
+    """`accelerate launch --num_machines 2` (machine ranks 0 and 1, one process each, rendezvous on 127.0.0.1, gloo
+    on CPU) trains to the same weights, bit for bit, as 2 processes on one machine: the same world, the same
+    batches and the same all-reduce."""
+    if not network_namespaces_available():
+        if os.environ.get("CI"):
+            pytest.fail("CI must be able to make a network namespace (unshare --net) for the two-machine run")
+        pytest.skip("no network namespace for the two machines (unshare --net needs root or CAP_SYS_ADMIN)")
+    two_machines = tmp_path / "two-machines"
+    argv = glue_argv(workspace, two_machines, "--tisa.num_kernels", "1")
+    completed = two_machine_launch("tisa_hf.glue", argv, {"PYTHONPATH": str(ROOT)})
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    assert json.loads((two_machines / "metrics.json").read_text())["num_processes"] == 2
+    weights_one, weights_two = weights(two_process_run), weights(two_machines)
+    assert weights_one.keys() == weights_two.keys()
+    assert all(torch.equal(weights_one[name], weights_two[name]) for name in weights_one)
 
 
 def stsb_argv(workspace, output_dir, learning_rate, *extra):
