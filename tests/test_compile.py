@@ -183,18 +183,18 @@ def test_a_lora_tisa_model_compiles_in_one_graph():
 
 
 def test_a_compiled_glue_run_trains_like_an_eager_one(tmp_path):
-    """`tisa-hf glue --torch-compile` trains through Accelerate's dynamo plugin: the run's weights are saved under
-    the model's own names and equal an eager run's."""
+    """`tisa-hf glue --torch-compile` trains through Accelerate's dynamo plugin, also after an eager run in the same
+    process: the run's weights are saved under the model's own names and equal the eager run's."""
     write_rte_tsv(tmp_path / "RTE")
     write_tiny_model(tmp_path / "bert")
     tisa = ("--tisa.num_kernels", "2", "--tisa.mode", "replace", "--tisa.init", "random")
+    compiled_run, eager_run = tmp_path / "compiled", tmp_path / "eager"
+    assert glue_main(glue_argv(tmp_path, eager_run, *tisa)) == 0  # first: its settings must not carry over
     torch._dynamo.reset()
     counters.clear()
-    compiled_run, eager_run = tmp_path / "compiled", tmp_path / "eager"
     compile_options = ("--torch-compile", "--torch-compile-backend", "aot_eager")
     assert glue_main(glue_argv(tmp_path, compiled_run, *tisa, *compile_options)) == 0
     assert counters["stats"]["unique_graphs"] >= 1  # the model was compiled
-    assert glue_main(glue_argv(tmp_path, eager_run, *tisa)) == 0
     compiled_weights, eager_weights = (
         load_file(compiled_run / "model.safetensors"),
         load_file(eager_run / "model.safetensors"),

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import (
     RNG_STATE_NAME,
     DataLoaderConfiguration,
@@ -110,6 +111,10 @@ def build_accelerator(args: TrainingArguments) -> Accelerator:
     check_mixed_precision(args.mixed_precision, training_device())
     trackers = [name.strip() for name in args.report_to.split(",") if name.strip()]
     # Without --torch-compile, Accelerate's own default: `accelerate launch --dynamo_backend` (its environment).
+    # Accelerate keeps its compile and precision settings process-wide, from the first Accelerator of the process:
+    # a process that trains more than once (a notebook, the tests) would give a later run the first one's. Each run
+    # starts from its own settings (the process group, PartialState, stays).
+    AcceleratorState._reset_state()
     dynamo = None
     if args.torch_compile:
         dynamo = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode)
