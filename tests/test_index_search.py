@@ -131,6 +131,33 @@ def test_search_top_k_equals_a_brute_force_maxsim(models, corpus_file, tmp_path,
     )
 
 
+def test_bm25_candidates_recall_the_documents_sharing_the_querys_words_and_are_scored_exactly(
+    models, corpus_file, tmp_path
+):
+    model, _ = models
+    assert index(index_argv(model, corpus_file, tmp_path / "index")) == 0
+    questions = tmp_path / "questions.txt"
+    questions.write_text("".join(f"{question}\n" for question in QUESTIONS))
+
+    def hits(*options):
+        out = tmp_path / "hits.json"
+        assert search([str(tmp_path / "index"), "--queries", str(questions), "--out", str(out), *options]) == 0
+        return [
+            [(hit["document"], hit["score"]) for hit in result["hits"]]
+            for result in json.loads(out.read_text())["results"]
+        ]
+
+    every = hits("--top-k", "7")
+    exact = [dict(found) for found in every]
+    for top_k, candidates in (("3", "7"), ("2", "2")):
+        found = hits("--top-k", top_k, "--candidates", candidates)
+        for got, scores in zip(found, exact, strict=True):  # exact scores, to the last bits of a product
+            np.testing.assert_allclose([score for _, score in got], [scores[d] for d, _ in got], rtol=0, atol=1e-6)
+        if candidates == "7":  # every document a candidate: the exact search
+            assert [[d for d, _ in got] for got in found] == [[d for d, _ in top[:3]] for top in every]
+    assert 2 in dict(found[0]) and 0 in dict(found[2])  # two candidates recall the document of the query's words
+
+
 def test_an_index_of_another_model_is_refused_in_one_line(models, corpus_file, tmp_path, capsys):
     model, other = models
     out = tmp_path / "index"
@@ -162,6 +189,8 @@ def test_an_index_of_another_model_is_refused_in_one_line(models, corpus_file, t
         ("search", ["{index}", "--queries", "{corpus}"],
          "{corpus}:1: no text under 'text'; name the field with --query-field."),
         ("search", ["{index}", "--query", " "], "--query is empty; give it some words."),
+        ("search", ["{index}", "--query", "blue", "--candidates", "2", "--top-k", "3"],
+         "--candidates 2 is fewer than --top-k 3; ask for at least as many candidates."),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_before_any_model_loads(

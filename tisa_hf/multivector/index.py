@@ -7,7 +7,8 @@ sentence-transformers' `encode_document`, on one device or with several --device
 Each part becomes a shard of fp16 token vectors (`index_folder.py`) as soon as it is encoded, and is named in
 `index.json`, so a killed run resumes at its next part; a rerun over another input, model (its weights and
 settings, fingerprinted) or part size is refused in one line unless --overwrite. fp16 halves the bytes a token of
-fp32 and moves a MaxSim score by about 1e-3.
+fp32 and moves a MaxSim score by about 1e-3. Last, the documents' text is indexed for BM25 (bm25s), the candidate
+stage of `tisa-hf search --candidates`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import numpy as np
 from ..common.result_files import check_out_folder, check_writable, save_array
 from ..common.sentence_models import require_sentence_transformers
 from ..embeddings.corpus import PartState, encode_in_parts, input_digest, read_documents, run_devices
+from ..embeddings.lexical import bm25_index
 from .index_folder import (
+    BM25_FOLDER,
+    BM25_TOKENIZER,
     INDEX_FILE,
     OFFSETS_FILE,
     check_multi_vector_folder,
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     encode_in_parts(model, documents, args, state, limit, keep)
     counts = np.concatenate([np.load(counts_path(out, part)) for part in range(state.record["parts"])])
     save_array(out / OFFSETS_FILE, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    bm25_index(documents, BM25_TOKENIZER).save(str(out / BM25_FOLDER))
     dimension = model.get_embedding_dimension()
     return state.finish(
         run_devices(args),

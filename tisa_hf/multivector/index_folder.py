@@ -1,15 +1,15 @@
 """A token-vector index's folder, the only code that knows its files: `index.json` (the settings, the model's
 folder and fingerprint, the parts done and the totals), `shards/NNNNN.npy` (a part's documents' token vectors,
 fp16, one row a token, documents one after another) with `shards/NNNNN-counts.npy` (each document's row count),
-and `offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end), written when
-every part is done.
+`offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end) and `bm25/`
+(bm25s' BM25 index of the documents' text, English stopwords removed, for `tisa-hf search --candidates`), written
+when every part is done.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from ..errors import UsageError
 INDEX_FILE = "index.json"
 OFFSETS_FILE = "offsets.npy"
 SHARDS_FOLDER = "shards"
+BM25_FOLDER = "bm25"
+BM25_TOKENIZER = "english"
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"
 FINGERPRINTED = (".json", ".safetensors", ".txt")
 WRITE_ONE = "write one with tisa-hf adapt --multi-vector or save_multi_vector_encoder"
@@ -68,11 +70,20 @@ def finished_index(path: str) -> dict[str, Any]:
     return record
 
 
-def document_vectors(path: str, record: dict[str, Any]) -> Iterator[np.ndarray]:
-    """Each document's (tokens, dim) fp16 vectors, in corpus order, one shard in memory at a time (memory-mapped)."""
-    out = Path(path)
-    for part in range(record["parts"]):
-        vectors, counts = np.load(vectors_path(out, part), mmap_mode="r"), np.load(counts_path(out, part))
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        for start, end in zip(starts[:-1], starts[1:], strict=True):
-            yield vectors[start:end]
+class StoredVectors:
+    """A finished index's token vectors, memory-mapped: `vectors[d]` is document d's (tokens, dim) fp16 rows, read
+    from disk as they are used."""
+
+    def __init__(self, path: str, record: dict[str, Any]) -> None:
+        out = Path(path)
+        self.offsets = np.load(out / OFFSETS_FILE)
+        self.part_size = record["settings"]["part_size"]
+        self.shards = [np.load(vectors_path(out, part), mmap_mode="r") for part in range(record["parts"])]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, document: int) -> np.ndarray:
+        part = document // self.part_size
+        first = self.offsets[part * self.part_size]
+        return self.shards[part][self.offsets[document] - first : self.offsets[document + 1] - first]

@@ -36,6 +36,12 @@ def search_parser() -> argparse.ArgumentParser:
     parser.add_argument("--query-field", default="text", help="The field holding a .jsonl object's query.")
     parser.add_argument("--top-k", type=positive_int, default=10, help="Documents listed a query.")
     parser.add_argument(
+        "--candidates",
+        type=positive_int,
+        help="Score only each query's N best documents by BM25 (the index's text, English stopwords removed) by "
+        "MaxSim, instead of every document (default: every document).",
+    )
+    parser.add_argument(
         "--model",
         help="The index's MultiVectorEncoder folder where it has moved (default: the one index.json names); its "
         "weights and settings must be those the index was built with.",
