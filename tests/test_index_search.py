@@ -22,7 +22,7 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers import MultiVectorEncoder  # noqa: E402
 
 from tisa_hf.multivector import save_multi_vector_encoder  # noqa: E402
-from tisa_hf.multivector.index_folder import model_fingerprint  # noqa: E402
+from tisa_hf.multivector.index_folder import StoredVectors, finished_index, model_fingerprint  # noqa: E402
 
 index, search = cli.entry("index"), cli.entry("search")
 _words = random.Random(0)
@@ -218,3 +218,30 @@ def test_an_index_built_on_two_processes_equals_one_built_in_this_process(models
     assert index(index_argv(model, corpus_file, tmp_path / "two", "--devices", "cpu", "cpu")) == 0
     for one, two in zip(stored_documents(tmp_path / "one"), stored_documents(tmp_path / "two"), strict=True):
         np.testing.assert_allclose(one.astype(np.float32), two.astype(np.float32), rtol=0, atol=1e-3)
+
+
+def test_an_int8_index_keeps_a_byte_a_number_and_a_scale_a_token_and_searches_over_what_it_keeps(
+    models, corpus_file, tmp_path
+):
+    model, _ = models
+    out = tmp_path / "index"
+    assert index(index_argv(model, corpus_file, out, "--dtype", "int8")) == 0
+    record = finished_index(str(out))
+    assert (record["settings"]["dtype"], record["bytes_per_token"]) == ("int8", 32 + 4)
+    assert np.load(out / "shards" / "00000.npy").dtype == np.int8
+    stored = StoredVectors(str(out), record)
+    encoder = MultiVectorEncoder(model, device="cpu")
+    for document, reference in enumerate(encoder.encode_document(TEXTS)):
+        rows = reference.numpy()
+        half_a_level = np.abs(rows).max(axis=1, keepdims=True) / 127 / 2
+        assert (np.abs(stored[document] - rows) <= half_a_level + 1e-7).all()
+    hits = tmp_path / "hits.json"
+    assert (
+        search([str(out), "--queries", str(corpus_file), "--query-field", "body", "--top-k", "3", "--out", str(hits)])
+        == 0
+    )
+    brute_force = encoder.similarity(
+        encoder.encode_query(TEXTS), [torch.from_numpy(stored[d]) for d in range(len(stored))]
+    ).numpy()
+    for row, result in zip(brute_force, json.loads(hits.read_text())["results"], strict=True):
+        assert [hit["document"] for hit in result["hits"]] == np.argsort(-row, kind="stable")[:3].tolist()

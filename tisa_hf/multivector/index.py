@@ -4,11 +4,11 @@
 The corpus is read as `tisa-hf encode` reads it (`embeddings/corpus.py`: a JSON Lines file, the text under
 --text-field, or a text file, one document a line) and encoded in parts of --part-size documents by
 sentence-transformers' `encode_document`, on one device or with several --devices through its multi-process pool.
-Each part becomes a shard of fp16 token vectors (`index_folder.py`) as soon as it is encoded, and is named in
-`index.json`, so a killed run resumes at its next part; a rerun over another input, model (its weights and
-settings, fingerprinted) or part size is refused in one line unless --overwrite. fp16 halves the bytes a token of
-fp32 and moves a MaxSim score by about 1e-3. Last, the documents' text is indexed for BM25 (bm25s), the candidate
-stage of `tisa-hf search --candidates`.
+Each part becomes a shard of token vectors (`index_folder.py`; fp16, or int8 with --dtype int8: `compression.py`)
+as soon as it is encoded, and is named in `index.json`, so a killed run resumes at its next part; a rerun over
+another input, model (its weights and settings, fingerprinted), part size or --dtype is refused in one line unless
+--overwrite. Last, the documents' text is indexed for BM25 (bm25s), the candidate stage of `tisa-hf search
+--candidates`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..common.result_files import check_out_folder, check_writable, save_array
 from ..common.sentence_models import require_sentence_transformers
 from ..embeddings.corpus import PartState, encode_in_parts, input_digest, read_documents, run_devices
 from ..embeddings.lexical import bm25_index
+from .compression import bytes_per_token, compress
 from .index_folder import (
     BM25_FOLDER,
     BM25_TOKENIZER,
@@ -32,11 +33,10 @@ from .index_folder import (
     check_multi_vector_folder,
     counts_path,
     model_fingerprint,
+    scales_path,
     vectors_path,
 )
 from .options import index_parser
-
-STORED = np.float16
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "input_sha256": input_digest(args.input, args.text_field),
         "text_field": args.text_field,
         "part_size": args.part_size,
-        "dtype": np.dtype(STORED).name,
+        "dtype": args.dtype,
     }
     check_writable(out)
     state = PartState(out, settings, args.overwrite, INDEX_FILE)
@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     limit = model[0].document_length or model.max_seq_length
 
     def keep(part: int, encoded: list[np.ndarray]) -> None:
-        save_array(vectors_path(out, part), np.concatenate(encoded).astype(STORED))
+        codes, scales = compress(np.concatenate(encoded), args.dtype)
+        save_array(vectors_path(out, part), codes)
+        if scales is not None:
+            save_array(scales_path(out, part), scales)
         save_array(counts_path(out, part), np.array([len(rows) for rows in encoded], dtype=np.int64))
 
     encode_in_parts(model, documents, args, state, limit, keep)
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         run_devices(args),
         vectors=int(counts.sum()),
         dimension=dimension,
-        bytes_per_token=dimension * np.dtype(STORED).itemsize,
+        bytes_per_token=bytes_per_token(dimension, args.dtype),
         index_bytes=sum(file.stat().st_size for file in out.rglob("*.npy")),
         document_length=limit,
         query_length=model[0].query_length,

@@ -1,6 +1,7 @@
 """A token-vector index's folder, the only code that knows its files: `index.json` (the settings, the model's
 folder and fingerprint, the parts done and the totals), `shards/NNNNN.npy` (a part's documents' token vectors,
-fp16, one row a token, documents one after another) with `shards/NNNNN-counts.npy` (each document's row count),
+one row a token, documents one after another, stored as `compression.py` says: fp16, or int8 codes with
+`shards/NNNNN-scales.npy`) with `shards/NNNNN-counts.npy` (each document's row count),
 `offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end) and `bm25/`
 (bm25s' BM25 index of the documents' text, English stopwords removed, for `tisa-hf search --candidates`), written
 when every part is done.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import UsageError
+from .compression import decompress
 
 INDEX_FILE = "index.json"
 OFFSETS_FILE = "offsets.npy"
@@ -56,6 +59,10 @@ def counts_path(out: Path, part: int) -> Path:
     return out / SHARDS_FOLDER / f"{part:05d}-counts.npy"
 
 
+def scales_path(out: Path, part: int) -> Path:
+    return out / SHARDS_FOLDER / f"{part:05d}-scales.npy"
+
+
 def finished_index(path: str) -> dict[str, Any]:
     """The record of the finished index in `path`; a folder without one, or with an unfinished one, is refused."""
     record_file = Path(path) / INDEX_FILE
@@ -70,15 +77,18 @@ def finished_index(path: str) -> dict[str, Any]:
     return record
 
 
-class StoredVectors:
-    """A finished index's token vectors, memory-mapped: `vectors[d]` is document d's (tokens, dim) fp16 rows, read
-    from disk as they are used."""
+class StoredVectors(Sequence[np.ndarray]):
+    """A finished index's token vectors, memory-mapped: `vectors[d]` is document d's (tokens, dim) rows, read from
+    disk as they are used and returned as float32."""
 
     def __init__(self, path: str, record: dict[str, Any]) -> None:
         out = Path(path)
         self.offsets = np.load(out / OFFSETS_FILE)
         self.part_size = record["settings"]["part_size"]
-        self.shards = [np.load(vectors_path(out, part), mmap_mode="r") for part in range(record["parts"])]
+        parts = range(record["parts"])
+        self.shards = [np.load(vectors_path(out, part), mmap_mode="r") for part in parts]
+        scaled = record["settings"]["dtype"] == "int8"
+        self.scales = [np.load(scales_path(out, part), mmap_mode="r") if scaled else None for part in parts]
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -86,4 +96,6 @@ class StoredVectors:
     def __getitem__(self, document: int) -> np.ndarray:
         part = document // self.part_size
         first = self.offsets[part * self.part_size]
-        return self.shards[part][self.offsets[document] - first : self.offsets[document + 1] - first]
+        rows = slice(self.offsets[document] - first, self.offsets[document + 1] - first)
+        scales = self.scales[part]
+        return decompress(self.shards[part][rows], None if scales is None else scales[rows])

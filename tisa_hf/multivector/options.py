@@ -7,6 +7,7 @@ import argparse
 
 from ..cli_options import positive_int
 from ..embeddings.options import add_encoding_arguments, new_parser
+from .compression import DTYPES
 
 
 def index_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,13 @@ def index_parser() -> argparse.ArgumentParser:
         "model", help="A MultiVectorEncoder folder (tisa-hf adapt --multi-vector, or save_multi_vector_encoder)."
     )
     add_encoding_arguments(parser, "Folder of the index: index.json, offsets.npy and shards/.")
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=DTYPES[0],
+        help="How a token vector is stored: float16 (2 bytes a number) or int8 (1 byte a number and a float32 scale "
+        "a token).",
+    )
     return parser
 
 

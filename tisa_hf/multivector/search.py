@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +65,14 @@ def top_documents(scores: np.ndarray, top_k: int) -> np.ndarray:
     return np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
 
 
-def exact_scores(queries: list[np.ndarray], stored: StoredVectors, device: torch.device | None) -> np.ndarray:
+def exact_scores(queries: list[np.ndarray], stored: Sequence[np.ndarray], device: torch.device | None) -> np.ndarray:
     """(queries, documents): every query against every document."""
     late = LateInteraction(queries, device)
-    return np.stack([late(stored[document].astype(np.float32)) for document in range(len(stored))], axis=1)
+    return np.stack([late(stored[document]) for document in range(len(stored))], axis=1)
 
 
 def candidate_scores(
-    queries: list[np.ndarray], candidates: np.ndarray, stored: StoredVectors, device: torch.device | None
+    queries: list[np.ndarray], candidates: np.ndarray, stored: Sequence[np.ndarray], device: torch.device | None
 ) -> np.ndarray:
     """(queries, documents): each query against its `candidates` row of documents only, -inf elsewhere; a document
     is read once, against the queries that have it as a candidate."""
@@ -79,7 +80,7 @@ def candidate_scores(
     for document in np.unique(candidates):
         rows = np.flatnonzero((candidates == document).any(axis=1))
         late = LateInteraction([queries[row] for row in rows], device)
-        scores[rows, document] = late(stored[document].astype(np.float32))
+        scores[rows, document] = late(stored[document])
     return scores
 
 
