@@ -48,12 +48,13 @@ from ..finetune.recipe import (
     run_record,
     started_run,
 )
+from ..finetune.run_folder import RunFolder
 from ..finetune.trainer import TrainingStage, fit, resolve_schedule, train_dataloader, unwrapped
 from ..multivector.encoder import save_multi_vector_encoder
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
 from .plan import AdaptationPlan, plan_adaptation
-from .sentence_output import MULTI_VECTOR_FOLDER, closing_lines
+from .sentence_output import closing_lines
 from .windowed_teacher import window_stride
 
 EVAL_MASKING_SEED = 0
@@ -234,8 +235,7 @@ def run(
             write_card(student, output_dir, base, limit, record)
         finish_run(accelerator, student, tokenizer, args, record)
         if adapt_args.multi_vector and accelerator.is_main_process:  # from the saved run, whose files it reads
-            output_dir = Path(args.output_dir)
-            save_multi_vector_encoder(output_dir, output_dir / MULTI_VECTOR_FOLDER, overwrite=True)
+            save_multi_vector_encoder(args.output_dir, RunFolder(args.output_dir).multi_vector_dir, overwrite=True)
     return record
 
 

@@ -14,16 +14,14 @@ only, as does a base without `modules.json`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.sentence_models import is_sentence_transformer
 from ..config import TisaConfig
 from ..errors import UsageError
+from ..finetune.run_folder import RunFolder
 from .arguments import AdaptArguments
-
-MULTI_VECTOR_FOLDER = "multi-vector"
 
 
 def sentence_output_limit(facts: CheckpointFacts, tisa: TisaConfig | None, adapt_args: AdaptArguments) -> int | None:
@@ -70,7 +68,7 @@ def multi_vector_line(record: dict[str, Any]) -> str | None:
         return None
     return (
         f"The multi-vector model (one vector a token, mean MaxSim) is in "
-        f"{Path(record['config']['output_dir']) / MULTI_VECTOR_FOLDER}: MultiVectorEncoder(path) after import tisa_hf."
+        f"{RunFolder(record['config']['output_dir']).multi_vector_dir}: MultiVectorEncoder(path) after import tisa_hf."
     )
 
 

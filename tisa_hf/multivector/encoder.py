@@ -24,6 +24,7 @@ from ..common.sentence_models import (
     require_sentence_transformers,
     transformer_module,
 )
+from ..config import TisaConfig
 from ..errors import UsageError
 from ..patching import model_table_length, tisa_config_of
 from .card import multi_vector_model_card
@@ -88,7 +89,8 @@ def save_multi_vector_encoder(
     return folder
 
 
-def _default_length(tisa, table: int) -> int:
+def _default_length(tisa: TisaConfig, table: int) -> int:
+    """A replace model's `DOCUMENT_LENGTH`, an add model's position table."""
     return DOCUMENT_LENGTH if reads_any_length(tisa) else table
 
 
