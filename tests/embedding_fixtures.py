@@ -67,3 +67,17 @@ def parse_systems_then_options(parser, defaults: list[str], systems_and_options:
     systems after it as its values), then `defaults`, then the given options, which win."""
     first = next((i for i, item in enumerate(systems_and_options) if item.startswith("--")), len(systems_and_options))
     return parser.parse_args([*systems_and_options[:first], *defaults, *systems_and_options[first:]])
+
+
+def stop_after_the_first_part(monkeypatch) -> None:
+    """From now on, a corpus run in parts (`tisa-hf encode`, `tisa-hf index`) stops with KeyboardInterrupt as soon
+    as its first part is saved and counted; `monkeypatch.undo()` or a new setattr restores it."""
+    from tisa_hf.embeddings import corpus
+
+    add_part = corpus.PartState.add_part
+
+    def stopped(self, *args):
+        add_part(self, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(corpus.PartState, "add_part", stopped)

@@ -210,6 +210,27 @@ def test_the_reading_limit_defaults_to_the_longest_length_and_a_plain_base_write
     assert AutoTokenizer.from_pretrained(tmp_path / "plain").model_max_length == limit
 
 
+def test_multi_vector_writes_the_adapted_encoder_as_a_multi_vector_encoder_beside_the_run(workspace, tmp_path, capsys):
+    from sentence_transformers import MultiVectorEncoder
+
+    options = ("--objective", "distill", "--train", "kernels", "--lengths", "16", "32", "--multi-vector")
+    assert adapt_main(adapt_argv(workspace, tmp_path / "run", *options, model="bert")) == 0
+    folder = tmp_path / "run" / "multi-vector"
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"The multi-vector model (one vector a token, mean MaxSim) is in {folder}: MultiVectorEncoder(path) after "
+        "import tisa_hf."
+    )
+    model = MultiVectorEncoder(str(folder), device="cpu")
+    assert (model.similarity_fn_name, model[0].document_length) == ("meanmaxsim", 32_768)
+    assert "adapted by `tisa-hf adapt` to" in (folder / "README.md").read_text()
+    text = " ".join(WORDS * 12)
+    ids = AutoTokenizer.from_pretrained(tmp_path / "run")(text)["input_ids"]
+    assert len(ids) > 64  # past the table
+    with torch.no_grad():
+        states = AutoModel.from_pretrained(tmp_path / "run")(input_ids=torch.tensor([ids])).last_hidden_state[0]
+    torch.testing.assert_close(model.encode_document(text), F.normalize(states[1:-1], dim=-1), rtol=0, atol=1e-5)
+
+
 BAD_REQUESTS = {
     "add mode beyond the table": (
         ("--tisa.mode", "add", "--lengths", "16", "32", "--embedding-max-length", "65"),

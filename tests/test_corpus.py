@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 import pytest
+from embedding_fixtures import stop_after_the_first_part
 
 from tisa_hf import cli
-from tisa_hf.embeddings import corpus
 
 pytest.importorskip("sentence_transformers")
 
@@ -61,16 +61,10 @@ def test_parts_equal_encode_document_and_count_the_cut_documents(tisa_folder, do
 def test_an_interrupted_run_resumes_at_its_next_part(tisa_folder, documents, tmp_path, monkeypatch):
     path, texts = documents
     argv = [tisa_folder, "--input", str(path), "--text-field", "body", "--part-size", "2", "--batch-size", "1"]
-    add_part = corpus.PartState.add_part
-
-    def killed_after_the_first_part(self, *args):
-        add_part(self, *args)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(corpus.PartState, "add_part", killed_after_the_first_part)
+    stop_after_the_first_part(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         encode([*argv, "--out", str(tmp_path / "out")])
-    monkeypatch.setattr(corpus.PartState, "add_part", add_part)
+    monkeypatch.undo()
     assert json.loads((tmp_path / "out" / "encode.json").read_text())["parts"] == 1
     assert not (tmp_path / "out" / "embeddings.npy").exists()
 

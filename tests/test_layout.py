@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tisa_hf.analysis",
         "tisa_hf.performance",
         "tisa_hf.demo",
+        "tisa_hf.multivector",
     ),
     # what works over finished runs of the training tasks
     ("tisa_hf.experiments",),

@@ -100,7 +100,7 @@ def test_a_setting_newer_than_the_saved_run_counts_as_its_default_on_resume(tmp_
 def test_clearing_for_a_new_run_removes_the_old_runs_records_and_sentence_transformers_files(tmp_path):
     folder = RunFolder(tmp_path / "run")
     outside = tmp_path / "outside"
-    for path in ("run/checkpoints/step-2", "run/1_Pooling", "run/2_Normalize", "outside"):
+    for path in ("run/checkpoints/step-2", "run/1_Pooling", "run/2_Normalize", "run/multi-vector", "outside"):
         (tmp_path / path).mkdir(parents=True)
     modules = [{"idx": 0, "path": ""}, {"idx": 1, "path": "1_Pooling"}, {"idx": 2, "path": "2_Normalize"}]
     (tmp_path / "run" / "modules.json").write_text(json.dumps([*modules, {"idx": 3, "path": "../outside"}]))

@@ -105,6 +105,16 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.embeddings.options:encode_parser",
         "Embed a corpus of long documents (resumable; several processes or GPUs).",
     ),
+    "index": Command(
+        "tisa_hf.multivector.index",
+        "tisa_hf.multivector.options:index_parser",
+        "Turn a corpus into a token-vector index with a multi-vector model (resumable; several processes or GPUs).",
+    ),
+    "search": Command(
+        "tisa_hf.multivector.search",
+        "tisa_hf.multivector.options:search_parser",
+        "Search a token-vector index by exact MaxSim: the top-k documents of a query or a file of queries, as JSON.",
+    ),
     "sts": Command(
         "tisa_hf.embeddings.sts",
         "tisa_hf.embeddings.options:sts_parser",

@@ -10,7 +10,7 @@ Writes to --output-dir what `tisa-hf glue` writes: the adapted model and tokeniz
 included, ready for `tisa-hf glue --model DIR`), `metrics.json` (with an `adaptation` record of how it was
 adapted, which `tisa-hf push` puts in the model card), `run_config.yaml` and TensorBoard logs; resumable
 checkpoints live in `checkpoints/` until the run finishes. For a sentence-transformers base the folder is a
-sentence-transformers model too (`sentence_output.py`).
+sentence-transformers model too (`sentence_output.py`); `--multi-vector` adds `multi-vector/`, a `MultiVectorEncoder`.
 """
 
 from __future__ import annotations
@@ -48,11 +48,13 @@ from ..finetune.recipe import (
     run_record,
     started_run,
 )
+from ..finetune.run_folder import RunFolder
 from ..finetune.trainer import TrainingStage, fit, resolve_schedule, train_dataloader, unwrapped
+from ..multivector.encoder import save_multi_vector_encoder
 from .arguments import ADAPT_ARGUMENTS, AdaptArguments, AdaptTisaArguments, AdaptTrainingArguments
 from .objectives import DistillationObjective, EmbeddingObjective, MaskedLMObjective, mlm_head_of
 from .plan import AdaptationPlan, plan_adaptation
-from .sentence_output import reading_length_line
+from .sentence_output import closing_lines
 from .windowed_teacher import window_stride
 
 EVAL_MASKING_SEED = 0
@@ -232,8 +234,10 @@ def run(
             write_sentence_transformer_modules(output_dir, student.config.hidden_size, limit, base)
             write_card(student, output_dir, base, limit, record)
         finish_run(accelerator, student, tokenizer, args, record)
+        if adapt_args.multi_vector and accelerator.is_main_process:  # from the saved run, whose files it reads
+            save_multi_vector_encoder(args.output_dir, RunFolder(args.output_dir).multi_vector_dir, overwrite=True)
     return record
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("tisa-hf adapt", ADAPT_ARGUMENTS, run, argv, closing=reading_length_line)
+    return command_main("tisa-hf adapt", ADAPT_ARGUMENTS, run, argv, closing=closing_lines)

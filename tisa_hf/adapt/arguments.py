@@ -99,6 +99,14 @@ class AdaptArguments:
             "position table."
         },
     )
+    multi_vector: bool = field(
+        default=False,
+        metadata={
+            "help": "Also write OUTPUT_DIR/multi-vector once the run is saved: the adapted model as a "
+            "sentence-transformers MultiVectorEncoder (one vector a token, scored by mean MaxSim, the late: "
+            "read-out; documents of 32,768 tokens in replace mode). An option, as it is a second copy of the weights."
+        },
+    )
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked (--objective mlm)."})
     held_out_fraction: float = field(
         default=0.1, metadata={"help": "Share of the articles (the last ones, whole) held out for evaluation."}

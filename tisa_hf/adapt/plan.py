@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.hub_access import loading_errors, model_remedy
-from ..common.sentence_models import check_mean_pooling
+from ..common.sentence_models import check_mean_pooling, require_sentence_transformers
 from ..common.text import block_count, read_articles, split_articles, tokenize_articles
 from ..config import TisaConfig
 from ..errors import UsageError
@@ -167,6 +167,8 @@ def plan_adaptation(
     _check_lengths(facts, tisa, args, adapt_args)
     _check_span_retrieval(args, adapt_args)
     sentence_limit = sentence_output_limit(facts, tisa, adapt_args)
+    if adapt_args.multi_vector:
+        require_sentence_transformers()
     if sentence_limit is not None and adapt_args.objective == "embed":
         check_mean_pooling(facts.path)
     source = run_plan.tokenizer

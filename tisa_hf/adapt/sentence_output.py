@@ -7,6 +7,9 @@ is `--embedding-max-length` or the longest `--lengths`, the length the model was
 limit sentence-transformers would take min(tokenizer's `model_max_length`, `max_position_embeddings`): 512 for a
 `replace` model that reads any length. `--train head` fits an MLM head for measurements and writes the checkpoint
 only, as does a base without `modules.json`.
+
+`--multi-vector` also writes `OUTPUT_DIR/multi-vector`, the adapted model as a `MultiVectorEncoder`
+(`multivector/encoder.py`), from the saved run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.sentence_models import is_sentence_transformer
 from ..config import TisaConfig
 from ..errors import UsageError
+from ..finetune.run_folder import RunFolder
 from .arguments import AdaptArguments
 
 
@@ -56,3 +60,19 @@ def reading_length_line(record: dict[str, Any]) -> str | None:
         f"The sentence-transformers model in {config['output_dir']} reads {limit} tokens per input ({why}); "
         "--embedding-max-length N sets another length."
     )
+
+
+def multi_vector_line(record: dict[str, Any]) -> str | None:
+    """The closing line of a run that wrote a `MultiVectorEncoder` (`--multi-vector`): where it is."""
+    if not record["config"].get("multi_vector"):
+        return None
+    return (
+        f"The multi-vector model (one vector a token, mean MaxSim) is in "
+        f"{RunFolder(record['config']['output_dir']).multi_vector_dir}: MultiVectorEncoder(path) after import tisa_hf."
+    )
+
+
+def closing_lines(record: dict[str, Any]) -> str | None:
+    """What a run says last: how many tokens its sentence-transformers model reads, where its multi-vector model is."""
+    lines = [line for line in (reading_length_line(record), multi_vector_line(record)) if line]
+    return "\n".join(lines) or None

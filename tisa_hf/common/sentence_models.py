@@ -73,15 +73,20 @@ def check_reading_limit(table: int, tisa: TisaConfig | None, requested: int | No
     return limit
 
 
-def _transformer_of(model: SentenceTransformer) -> PreTrainedModel:
-    """The transformers model inside a sentence-transformers model's first module."""
+def transformer_module(model: SentenceTransformer) -> Transformer:
+    """A sentence-transformers model's first module, the Transformer holding its encoder."""
     first = model[0]
     if not isinstance(first, Transformer):
         raise UsageError(
             f"The sentence-transformers model starts with {type(first).__name__}, not a Transformer module, so "
             "there is no encoder to give TISA."
         )
-    return first.auto_model
+    return first
+
+
+def _transformer_of(model: SentenceTransformer) -> PreTrainedModel:
+    """The transformers model inside a sentence-transformers model's first module."""
+    return transformer_module(model).auto_model
 
 
 def to_tisa_sentence_transformer(
@@ -121,7 +126,7 @@ def save_sentence_transformer(model: SentenceTransformer, folder: str | Path) ->
     limit = check_reading_limit(model_table_length(encoder), tisa_config_of(encoder), model.max_seq_length, None)
     folder = Path(folder)
     model.save(str(folder))
-    _record_limit(folder, limit)
+    record_reading_limit(folder, limit)
     write_card(encoder, folder, None, limit)
     return folder
 
@@ -257,6 +262,8 @@ def _read_json(path: Path) -> dict | list | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _record_limit(folder: Path, limit: int) -> None:
+def record_reading_limit(folder: Path, limit: int) -> None:
+    """`limit` as the `max_seq_length` of `sentence_bert_config.json` in `folder`, which sentence-transformers 6
+    does not write."""
     settings = _read_json(folder / TRANSFORMER_CONFIG_FILE) or {}
     (folder / TRANSFORMER_CONFIG_FILE).write_text(json.dumps({**settings, "max_seq_length": limit}, indent=2))

@@ -21,6 +21,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +44,22 @@ EMBEDDINGS_FILE = "embeddings.npy"
 PARTS_FOLDER = "parts"
 
 
-def read_documents(path: str, text_field: str) -> list[str]:
-    """The documents of a .jsonl file (--text-field of each object) or of a text file (one a line); a blank line
+def read_documents(
+    path: str, text_field: str, option: str = "--input", field_option: str = "--text-field", what: str = "document"
+) -> list[str]:
+    """The documents of a .jsonl file (`text_field` of each object) or of a text file (one a line); a blank line
     or a line without the field is one error naming the file and line, since skipping it would shift every later
-    row of the embeddings."""
+    row of the embeddings. `option` and `field_option` name the command's options in the messages, `what` a text
+    (`tisa-hf search` reads its queries here)."""
     file = Path(path)
     if not file.is_file():
-        raise UsageError(f"--input {path}: no such file; give a JSON Lines file or a text file, one document a line.")
+        raise UsageError(f"{option} {path}: no such file; give a JSON Lines file or a text file, one {what} a line.")
     lines = file.read_text(encoding="utf-8").splitlines()
     documents = []
     for number, line in enumerate(lines, start=1):
         where = f"{path}:{number}"
         if not line.strip():
-            raise UsageError(f"{where}: a blank line; give one document a line, with no blank lines between.")
+            raise UsageError(f"{where}: a blank line; give one {what} a line, with no blank lines between.")
         if file.suffix != ".jsonl":
             documents.append(line)
             continue
@@ -64,10 +68,10 @@ def read_documents(path: str, text_field: str) -> list[str]:
         except json.JSONDecodeError as error:
             raise UsageError(f"{where}: not a JSON object ({error.msg}); a .jsonl file holds one a line.") from error
         if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-            raise UsageError(f"{where}: no text under {text_field!r}; name the field with --text-field.")
+            raise UsageError(f"{where}: no text under {text_field!r}; name the field with {field_option}.")
         documents.append(row[text_field])
     if not documents:
-        raise UsageError(f"--input {path} holds no documents.")
+        raise UsageError(f"{option} {path} holds no {what}s.")
     return documents
 
 
@@ -99,10 +103,11 @@ def read_lengths(tokenizer: Any, documents: list[str]) -> list[int]:
 
 
 class PartState:
-    """The run's state file: its settings, the finished parts, and the totals the throughput is computed from."""
+    """The run's state file (`file` in `out`): its settings, the finished parts, and the totals the throughput is
+    computed from."""
 
-    def __init__(self, out: Path, settings: dict[str, Any], overwrite: bool) -> None:
-        self.path = out / STATE_FILE
+    def __init__(self, out: Path, settings: dict[str, Any], overwrite: bool, file: str = STATE_FILE) -> None:
+        self.path = out / file
         self.record = resumable_record(self.path, settings, overwrite, what="input, model or settings") or {
             "settings": settings,
             "parts": 0,
@@ -121,6 +126,19 @@ class PartState:
         record["wall_time_s"] += wall_time_s
         write_record(record, self.path)
 
+    def finish(self, devices: list[str], **facts: Any) -> dict[str, Any]:
+        """The finished run's record, written: the totals, `facts`, the devices, the throughput, the library versions
+        and the machine."""
+        self.record.update(
+            facts,
+            devices=devices,
+            throughput=self.throughput(),
+            versions=versions(),
+            machine=machine(torch.device(devices[0])),
+        )
+        write_record(self.record, self.path)
+        return self.record
+
     def throughput(self) -> dict[str, float]:
         seconds = max(self.record["wall_time_s"], 1e-9)
         return {
@@ -133,11 +151,51 @@ def part_path(out: Path, index: int) -> Path:
     return out / PARTS_FOLDER / f"{index:05d}.npy"
 
 
+def encode_in_parts(
+    model: Any,
+    documents: list[str],
+    args: argparse.Namespace,
+    state: PartState,
+    limit: int,
+    keep: Callable[[int, Any], None],
+) -> None:
+    """Encodes `documents` by `model.encode_document` in parts of --part-size (--batch-size a forward pass), on
+    `args.devices` (several: sentence-transformers' multi-process pool), skipping the parts `state` has done;
+    `keep(part, encoded)` saves each part as it finishes, then `state` counts it (the tokens read up to `limit`)."""
+    devices = run_devices(args)
+    starts = range(0, len(documents), args.part_size)
+    pool = model.start_multi_process_pool(devices) if len(devices) > 1 else None
+    try:
+        for part, start in enumerate(starts):
+            if part < state.record["parts"]:
+                continue
+            texts = documents[start : start + args.part_size]
+            lengths = read_lengths(model.tokenizer, texts)
+            started = time.perf_counter()
+            encoded = model.encode_document(
+                texts, batch_size=args.batch_size, pool=pool, convert_to_numpy=True, show_progress_bar=False
+            )
+            elapsed = time.perf_counter() - started
+            keep(part, encoded)
+            state.add_part(len(texts), sum(min(n, limit) for n in lengths), sum(n > limit for n in lengths), elapsed)
+            logger.info(
+                "part %d/%d: %d/%d documents, %.2f documents a second, %.0f tokens a second",
+                part + 1, len(starts), state.record["documents"], len(documents),
+                *state.throughput().values(),
+            )  # fmt: skip
+    finally:
+        if pool is not None:
+            model.stop_multi_process_pool(pool)
+
+
+def run_devices(args: argparse.Namespace) -> list[str]:
+    return args.devices or ["cuda" if torch.cuda.is_available() else "cpu"]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_out_folder(args.out)
     out = Path(args.out)
     documents = read_documents(args.input, args.text_field)
-    devices = args.devices or ["cuda" if torch.cuda.is_available() else "cpu"]
     settings = {
         "model": args.model,
         "input": str(args.input),
@@ -149,42 +207,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     check_writable(out)
     state = PartState(out, settings, args.overwrite)
-    model = load_model(args.model, devices[0], args.max_seq_length)
+    model = load_model(args.model, run_devices(args)[0], args.max_seq_length)
     limit = model.max_seq_length
-    starts = range(0, len(documents), args.part_size)
-    pool = model.start_multi_process_pool(devices) if len(devices) > 1 else None
-    try:
-        for index, start in enumerate(starts):
-            if index < state.record["parts"]:
-                continue
-            part = documents[start : start + args.part_size]
-            lengths = read_lengths(model.tokenizer, part)
-            started = time.perf_counter()
-            embeddings = model.encode_document(
-                part, batch_size=args.batch_size, pool=pool, convert_to_numpy=True, show_progress_bar=False
-            )
-            elapsed = time.perf_counter() - started
-            save_array(part_path(out, index), embeddings.astype(np.float32))
-            state.add_part(len(part), sum(min(n, limit) for n in lengths), sum(n > limit for n in lengths), elapsed)
-            logger.info(
-                "part %d/%d: %d/%d documents, %.2f documents a second, %.0f tokens a second",
-                index + 1, len(starts), state.record["documents"], len(documents),
-                *state.throughput().values(),
-            )  # fmt: skip
-    finally:
-        if pool is not None:
-            model.stop_multi_process_pool(pool)
-    save_array(out / EMBEDDINGS_FILE, np.concatenate([np.load(part_path(out, i)) for i in range(len(starts))]))
-    record = state.record
-    record.update(
-        reads_tokens=limit,
-        devices=devices,
-        throughput=state.throughput(),
-        versions=versions(),
-        machine=machine(torch.device(devices[0])),
+    encode_in_parts(
+        model,
+        documents,
+        args,
+        state,
+        limit,
+        lambda part, encoded: save_array(part_path(out, part), encoded.astype(np.float32)),
     )
-    write_record(record, state.path)
-    return record
+    parts = range(state.record["parts"])
+    save_array(out / EMBEDDINGS_FILE, np.concatenate([np.load(part_path(out, part)) for part in parts]))
+    return state.finish(run_devices(args), reads_tokens=limit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,12 +60,22 @@ def tokenize(texts: list[str], tokenizer: str) -> list[list[str]]:
     return bm25s.tokenize(texts, stopwords=STOPWORDS[tokenizer], return_ids=False, show_progress=False)
 
 
-def bm25_scores(documents: list[str], queries: list[str], tokenizer: str) -> np.ndarray:
-    """BM25 scores, queries x documents (a query word absent from every document adds nothing; a query of
-    stopwords alone scores 0 everywhere)."""
+def bm25_index(documents: list[str], tokenizer: str):
+    """bm25s' BM25 index of `documents` (`bm25s.BM25`, whose `save` and `load` keep it)."""
     import bm25s
 
     index = bm25s.BM25()
     index.index(tokenize(documents, tokenizer), show_progress=False)
-    rows = [index.get_scores(words) if words else np.zeros(len(documents)) for words in tokenize(queries, tokenizer)]
+    return index
+
+
+def query_scores(index, queries: list[str], tokenizer: str, documents: int) -> np.ndarray:
+    """BM25 scores of an index of `documents` documents, queries x documents (a query word absent from every
+    document adds nothing; a query of stopwords alone scores 0 everywhere)."""
+    rows = [index.get_scores(words) if words else np.zeros(documents) for words in tokenize(queries, tokenizer)]
     return np.stack(rows).astype(np.float64)
+
+
+def bm25_scores(documents: list[str], queries: list[str], tokenizer: str) -> np.ndarray:
+    """BM25 scores, queries x documents (`query_scores`)."""
+    return query_scores(bm25_index(documents, tokenizer), queries, tokenizer, len(documents))

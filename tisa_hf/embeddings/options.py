@@ -168,24 +168,30 @@ def encode_parser() -> argparse.ArgumentParser:
         "saved as they finish (an interrupted run resumes), on one device or several processes.",
     )
     parser.add_argument("model", help="A sentence-transformers folder or Hub id (a TISA one too), or minilm.")
-    parser.add_argument(
-        "--input", required=True, help="A .jsonl file (one object a line) or a text file (one document a line)."
-    )
-    parser.add_argument("--text-field", default="text", help="The field holding a .jsonl object's text.")
-    parser.add_argument("--out", required=True, help="Folder for embeddings.npy, encode.json and the parts.")
-    parser.add_argument(
-        "--devices",
-        nargs="+",
-        help="Devices of sentence-transformers' multi-process pool, one process each (cuda:0 cuda:1, or cpu cpu); "
-        "one device runs in this process (default: cuda when available, else cpu).",
-    )
+    add_encoding_arguments(parser, "Folder for embeddings.npy, encode.json and the parts.")
     parser.add_argument(
         "--max-seq-length",
         type=positive_int,
         help="Tokens the model reads of a document (default: the model's own setting; a TISA replace-mode model "
         "reads any length).",
     )
+    return parser
+
+
+def add_encoding_arguments(parser: argparse.ArgumentParser, out_help: str) -> None:
+    """The options of a command that encodes a corpus in resumable parts (`corpus.encode_in_parts`): `tisa-hf
+    encode` and `tisa-hf index`."""
+    parser.add_argument(
+        "--input", required=True, help="A .jsonl file (one object a line) or a text file (one document a line)."
+    )
+    parser.add_argument("--text-field", default="text", help="The field holding a .jsonl object's text.")
+    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        help="Devices of sentence-transformers' multi-process pool, one process each (cuda:0 cuda:1, or cpu cpu); "
+        "one device runs in this process (default: cuda when available, else cpu).",
+    )
     parser.add_argument("--part-size", type=positive_int, default=64, help="Documents saved together.")
     parser.add_argument("--batch-size", type=positive_int, default=4, help="Documents per forward pass.")
     parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
-    return parser

@@ -49,6 +49,8 @@ LOCK_HOLDER_FILE = "writer.pid"
 # What every reader of a record needs (a report's table); readers needing more name their own keys.
 # The files that make a folder a sentence-transformers model, beside its module folders
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+# The run's model as a sentence-transformers MultiVectorEncoder (`tisa-hf adapt --multi-vector`), a folder of its own
+MULTI_VECTOR_DIR = "multi-vector"
 RECORD_KEYS = ("task", "model", "tisa", "metrics")
 # The record of a document-classification run's data (`tisa-hf classify`): its source, classes and truncation. It
 # marks such runs, whose metrics are per split (validation, test).
@@ -216,11 +218,20 @@ class RunFolder:
         """Removes a previous run's checkpoints (and best models), tracker logs, metrics and predictions, before
         training again from scratch into the folder (its saved model is replaced when the new run finishes), and
         its sentence-transformers files: a new run that writes none would otherwise leave the folder loading as
-        the old pipeline (its pooling, its `max_seq_length`)."""
-        for folder in (self.checkpoints_dir, self.logs_dir, *self.sentence_transformers_modules()):
+        the old pipeline (its pooling, its `max_seq_length`), and its multi-vector model, the old weights."""
+        for folder in (
+            self.checkpoints_dir,
+            self.logs_dir,
+            self.multi_vector_dir,
+            *self.sentence_transformers_modules(),
+        ):
             shutil.rmtree(folder, ignore_errors=True)
         for path in (self.metrics_file, self.predictions_file, *(self.path / name for name in SENTENCE_FILES)):
             path.unlink(missing_ok=True)
+
+    @property
+    def multi_vector_dir(self) -> Path:
+        return self.path / MULTI_VECTOR_DIR
 
     def sentence_transformers_modules(self) -> list[Path]:
         """The module folders the run folder's modules.json names (`1_Pooling`, ...), inside the folder."""

@@ -61,8 +61,10 @@ def reciprocal_rank_fusion(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:
 class LateInteraction:
     """Late interaction (ColBERT's MaxSim) of fixed queries, each given as its token vectors, against one document
     at a time: a document scores, for each query, the mean over the query's tokens of each one's best cosine
-    similarity to one of the document's token vectors. Written here: PyLate, the library of late interaction, pins
-    sentence-transformers 5.3 and transformers <= 5.3.
+    similarity to one of the document's token vectors. Written here rather than calling sentence-transformers'
+    `util.mean_maxsim`, which it equals to 6e-8: at QMSum's sizes it is twice as fast on the CPU
+    (`scripts/bench_maxsim.py`), multiplying blocks of query tokens with the whole document where the library pads
+    every query to the longest. `multivector/` gives the same scores as a `MultiVectorEncoder`'s `similarity`.
 
     One document at a time, so that a run keeps a document's scores (one number a query) rather than its token
     vectors (gigabytes over a corpus) and resumes anywhere: the products run as blocks of query tokens against the

@@ -1,0 +1,101 @@
+"""A token-vector index's folder, the only code that knows its files: `index.json` (the settings, the model's
+folder and fingerprint, the parts done and the totals), `shards/NNNNN.npy` (a part's documents' token vectors,
+one row a token, documents one after another, stored as `compression.py` says: fp16, or int8 codes with
+`shards/NNNNN-scales.npy`) with `shards/NNNNN-counts.npy` (each document's row count),
+`offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end) and `bm25/`
+(bm25s' BM25 index of the documents' text, English stopwords removed, for `tisa-hf search --candidates`), written
+when every part is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from .compression import decompress
+
+INDEX_FILE = "index.json"
+OFFSETS_FILE = "offsets.npy"
+SHARDS_FOLDER = "shards"
+BM25_FOLDER = "bm25"
+BM25_TOKENIZER = "english"
+MODEL_CONFIG_FILE = "config_sentence_transformers.json"
+FINGERPRINTED = (".json", ".safetensors", ".txt")
+WRITE_ONE = "write one with tisa-hf adapt --multi-vector or save_multi_vector_encoder"
+
+
+def check_multi_vector_folder(path: str) -> Path:
+    """`path` as a folder holding a sentence-transformers `MultiVectorEncoder`, checked from its files alone."""
+    folder = Path(path)
+    config = folder / MODEL_CONFIG_FILE
+    model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type") if config.is_file() else None
+    if model_type != "MultiVectorEncoder":
+        raise UsageError(f"{path} is not a MultiVectorEncoder folder (no {MODEL_CONFIG_FILE} saying so); {WRITE_ONE}.")
+    return folder
+
+
+def model_fingerprint(folder: Path) -> str:
+    """A digest of the model's weights and settings files (modules, lengths, tokenizer): an index is searched with
+    the model that built it, and a folder's path alone says nothing of what it holds now."""
+    digest = hashlib.sha256()
+    for file in sorted(folder.rglob("*")):
+        if file.is_file() and file.suffix in FINGERPRINTED:
+            digest.update(str(file.relative_to(folder)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def vectors_path(out: Path, part: int) -> Path:
+    return out / SHARDS_FOLDER / f"{part:05d}.npy"
+
+
+def counts_path(out: Path, part: int) -> Path:
+    return out / SHARDS_FOLDER / f"{part:05d}-counts.npy"
+
+
+def scales_path(out: Path, part: int) -> Path:
+    return out / SHARDS_FOLDER / f"{part:05d}-scales.npy"
+
+
+def finished_index(path: str) -> dict[str, Any]:
+    """The record of the finished index in `path`; a folder without one, or with an unfinished one, is refused."""
+    record_file = Path(path) / INDEX_FILE
+    if not record_file.is_file():
+        raise UsageError(f"{path} holds no index (no {INDEX_FILE}); build one with tisa-hf index.")
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    if not (Path(path) / OFFSETS_FILE).is_file():
+        raise UsageError(
+            f"{path} is an unfinished index ({record['documents']} documents so far); rerun tisa-hf index with its "
+            "settings to finish it."
+        )
+    return record
+
+
+class StoredVectors(Sequence[np.ndarray]):
+    """A finished index's token vectors, memory-mapped: `vectors[d]` is document d's (tokens, dim) rows, read from
+    disk as they are used and returned as float32."""
+
+    def __init__(self, path: str, record: dict[str, Any]) -> None:
+        out = Path(path)
+        self.offsets = np.load(out / OFFSETS_FILE)
+        self.part_size = record["settings"]["part_size"]
+        parts = range(record["parts"])
+        self.shards = [np.load(vectors_path(out, part), mmap_mode="r") for part in parts]
+        scaled = record["settings"]["dtype"] == "int8"
+        self.scales = [np.load(scales_path(out, part), mmap_mode="r") if scaled else None for part in parts]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, document: int) -> np.ndarray:
+        part = document // self.part_size
+        first = self.offsets[part * self.part_size]
+        rows = slice(self.offsets[document] - first, self.offsets[document + 1] - first)
+        scales = self.scales[part]
+        return decompress(self.shards[part][rows], None if scales is None else scales[rows])
