@@ -198,6 +198,8 @@ def test_a_finished_run_resumes_without_computing_or_writing_anything(workspace,
     again = passages.run(arguments(workspace, tmp_path / "out", *systems))
     assert loaded == [] and again == json.loads((tmp_path / "out" / "qmsum-passages.json").read_text())
     assert {path: path.read_bytes() for path in (tmp_path / "out").rglob("*") if path.is_file()} == files
+    with pytest.raises(UsageError, match=r"holds results of other settings \(.*window_length 10 -> 6"):
+        passages.run(arguments(workspace, tmp_path / "out", "bm25", "--window-tokens", "6"))
 
 
 def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):

@@ -59,8 +59,8 @@ from .scoring import Cell, Keeping, ordered, pending_cells, score, system_facts
 
 logger = logging.getLogger(__name__)
 
-# Every corpus task's scores are OUT/scores/SYSTEM/qmsum.npy, the name the first one gave them and its kept
-# records hold
+# The cell of every task whose candidates are its documents: its scores are OUT/scores/SYSTEM/qmsum.npy, the name
+# the first task gave them and its kept records hold
 CELL = "qmsum"
 
 

@@ -49,13 +49,15 @@ def passage_cells(task: MeetingQueries, window: int) -> CellsOf:
     ) -> TaskCells:
         windows = cut_windows(task, tokenizer, documents, window)
         judge = SeveralRelevant(windows.relevant)
-        across = Cell(ACROSS, documents, query_ids, task.queries, lambda: windows.texts, window)
         own = [windows.of_meeting[meeting] for meeting in task.answers]
-        within = Cell(WITHIN, documents, query_ids, task.queries, lambda: windows.texts, window, own)
+        across, within = (
+            Cell(name, documents, query_ids, task.queries, lambda: windows.texts, window=window, candidates=candidates)
+            for name, candidates in ((ACROSS, None), (WITHIN, own))
+        )
         relevant = [len(indices) for indices in windows.relevant]
         per_meeting = [len(indices) for indices in windows.of_meeting]
         settings = {
-            "window_tokens": window,
+            "window_length": window,  # in tokens; a key without "tokens" is compared when a run resumes
             "windows": len(windows.texts),
             "windows_per_meeting": spread(per_meeting),
             "relevant_windows": spread(relevant),
