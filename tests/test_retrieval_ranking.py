@@ -1,5 +1,6 @@
-"""The retrieval measures (ranks with ties against the query, nDCG@10, MRR@10), BM25 against the formula computed
-by hand, reciprocal-rank fusion against a hand computation, and late interaction's MaxSim against a direct loop."""
+"""The retrieval measures (ranks with ties against the query, nDCG@10, MRR@10, and with several relevant candidates
+nDCG@10 and Recall@10/@50), BM25 against the formula computed by hand, reciprocal-rank fusion against a hand
+computation, and late interaction's MaxSim against a direct loop."""
 
 from __future__ import annotations
 
@@ -70,6 +71,30 @@ def test_ndcg_and_mrr_at_10_on_a_constructed_ranking():
     assert per_query("ndcg_at_10", ranks) == pytest.approx([1.0, 0.5, 1 / math.log2(11), 0.0])
     assert per_query("mrr_at_10", ranks) == pytest.approx([1.0, 1 / 3, 0.1, 0.0])
     assert per_query("acc_at_1", ranks) == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_ndcg_and_recall_with_several_relevant_candidates_on_a_constructed_ranking():
+    """Binary relevance: DCG over the first 10 positions against the ideal one of min(R, 10) relevant first, recall
+    the share of the R relevant in the first k; a tie puts the relevant candidate last among its equals."""
+    scores = -np.tile(np.arange(60.0), (5, 1))  # candidate i is at position i + 1 for every query
+    scores[2, :3] = 1.0  # query 2: candidates 0, 1 and 2 tie at the top
+    relevant = [[0, 2, 11], [9], [1], [4, 55], list(range(12))]
+    judge = ranking.SeveralRelevant(relevant)
+    result = judge.result(scores)
+    assert result["relevant_positions"] == [[1, 3, 12], [10], [3], [5], list(range(1, 13))]  # 56 is past 50
+    ideal_3, ideal_2 = 1 + 1 / math.log2(3) + 1 / 2, 1 + 1 / math.log2(3)
+    expected = {
+        "ndcg_at_10": [(1 + 1 / 2) / ideal_3, 1 / math.log2(11), 1 / 2, (1 / math.log2(6)) / ideal_2, 1.0],
+        "recall_at_10": [2 / 3, 1.0, 1.0, 1 / 2, 10 / 12],
+        "recall_at_50": [1.0, 1.0, 1.0, 1 / 2, 1.0],
+    }
+    for measure, values in expected.items():
+        assert judge.per_query(result, measure) == pytest.approx(values), measure
+        assert result[measure] == pytest.approx(np.mean(values)), measure
+    assert list(result) == ["ndcg_at_10", "recall_at_10", "recall_at_50", "relevant_positions"]
+    with pytest.raises(ValueError) as error:
+        ranking.SeveralRelevant([[0], []])
+    assert str(error.value) == "several relevant: a query has no relevant candidate; every query needs one."
 
 
 def test_reciprocal_rank_fusion_against_a_hand_computation():

@@ -95,6 +95,12 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.embeddings.options:qmsum_parser",
         "LongEmbed's QMSum retrieval (nDCG@10) of long meeting transcripts, with BM25 and hybrids.",
     ),
+    "qmsum-passages": Command(
+        "tisa_hf.embeddings.retrieval.passages",
+        "tisa_hf.embeddings.options:passages_parser",
+        "QMSum's query-based passages (nDCG@10, Recall@10/@50) within a meeting and across all: windows read apart "
+        "against windows pooled from the whole meeting's read.",
+    ),
     "spans": Command(
         "tisa_hf.embeddings.retrieval.spans",
         "tisa_hf.embeddings.options:spans_parser",

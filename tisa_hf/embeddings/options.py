@@ -1,5 +1,5 @@
-"""The options of `tisa-hf longembed`, `qmsum`, `spans` and `sts`; light (argparse and tisa_hf's light modules
-only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
+"""The options of `tisa-hf longembed`, `qmsum`, `qmsum-passages`, `spans` and `sts`; light (argparse and tisa_hf's
+light modules only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
 
 from __future__ import annotations
 
@@ -13,17 +13,22 @@ DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
 DEFAULT_STS_DATA = "../shared/glue/STS-B/dev.tsv"
 DEFAULT_QMSUM_DATA = "../shared/longdoc/qmsum"
 DEFAULT_QMSUM_CAP = 32768
+DEFAULT_PASSAGES_CAP = 40960  # above the longest meeting (36,718 tokens of MiniLM's): every window is read
+DEFAULT_WINDOW_TOKENS = 256
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TASK_NAMES = ("passkey", "needle")
 LONGEMBED, QMSUM, SPANS, STS = "tisa-hf longembed", "tisa-hf qmsum", "tisa-hf spans", "tisa-hf sts"
-# The read-outs each command takes (`common/spellings.py`); the retrieval commands over a corpus take every one
+QMSUM_PASSAGES = "tisa-hf qmsum-passages"
+# The read-outs each command takes (`common/spellings.py`); the retrieval commands over whole documents take every
+# one, the passage task none beyond one vector or one a token per window
 READOUTS_TAKEN: dict[str, tuple[Readout, ...]] = {
     LONGEMBED: (MEAN, LATE),
     QMSUM: READOUTS,
+    QMSUM_PASSAGES: (MEAN, LATE),
     SPANS: READOUTS,
     STS: (MEAN,),
 }
-TEXT_SYSTEMS = (LONGEMBED, QMSUM, SPANS)  # the commands that take BM25 and hybrids too
+TEXT_SYSTEMS = (LONGEMBED, QMSUM, QMSUM_PASSAGES, SPANS)  # the commands that take BM25 and hybrids too
 
 
 def systems_help(command: str) -> str:
@@ -115,13 +120,49 @@ def qmsum_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("systems", nargs="+", help=systems_help(QMSUM))
     parser.add_argument("--out", required=True, help="Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
+    add_qmsum_arguments(parser)
+    add_corpus_arguments(parser)
+    return parser
+
+
+def add_qmsum_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the QMSum commands' data (`qmsum`, `qmsum-passages`)."""
     parser.add_argument("--data", default=DEFAULT_QMSUM_DATA, help="QMSum's meetings: its train/ and val/ folders.")
     parser.add_argument(
         "--meetings",
         type=positive_int,
         help="Only the first N meetings and the queries about them (a smoke run; default: all 197).",
     )
-    add_corpus_arguments(parser)
+
+
+def passages_parser() -> argparse.ArgumentParser:
+    parser = new_parser(
+        QMSUM_PASSAGES,
+        "QMSum's query-based passage retrieval (nDCG@10, Recall@10, Recall@50): each specific query ranks windows of "
+        "W tokens within its own meeting and across all meetings, its relevant windows those holding its relevant "
+        "turns; windows read apart (chunk:) against windows pooled from the whole meeting's read (late chunking).",
+    )
+    parser.add_argument("systems", nargs="+", help=systems_help(QMSUM_PASSAGES))
+    parser.add_argument(
+        "--out", required=True, help="Folder for qmsum-passages.json, .md, .png, and the embeddings and scores."
+    )
+    add_qmsum_arguments(parser)
+    parser.add_argument(
+        "--window-tokens",
+        type=positive_int,
+        default=DEFAULT_WINDOW_TOKENS,
+        help="W: a window is W - 2 of a meeting's tokens, W with the [CLS] and [SEP] it is read apart between.",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="minilm",
+        help="The model whose tokenizer cuts the windows (BM25's too); every model system must share its vocabulary.",
+    )
+    add_corpus_arguments(
+        parser,
+        DEFAULT_PASSAGES_CAP,
+        "A meeting's tokens, [CLS] and [SEP] counted: a longer one is cut, and its windows end there",
+    )
     return parser
 
 
@@ -147,14 +188,14 @@ def spans_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that every corpus-retrieval command (`qmsum`, `spans`) shares with their one runner."""
-    parser.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        default=DEFAULT_QMSUM_CAP,
-        help="A document's tokens for the models, [CLS] and [SEP] counted: longer ones are cut (BM25 reads all).",
-    )
+def add_corpus_arguments(
+    parser: argparse.ArgumentParser,
+    cap: int = DEFAULT_QMSUM_CAP,
+    cap_help: str = "A document's tokens for the models, [CLS] and [SEP] counted: longer ones are cut (BM25 reads all)",
+) -> None:
+    """The options that every corpus-retrieval command (`qmsum`, `qmsum-passages`, `spans`) shares with their one
+    runner; `cap` and `cap_help`: --max-tokens' default and help."""
+    parser.add_argument("--max-tokens", type=positive_int, default=cap, help=f"{cap_help}.")
     parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
     add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")

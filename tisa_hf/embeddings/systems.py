@@ -239,9 +239,10 @@ class Embedder:
         self.stretch(length)
         return self.embed([piece for (piece,) in pieces], progress)
 
-    def pieces(self, sequence: list[int]) -> list[list[int]]:
-        """The sequences this system's reading cuts a document or query into (T: its position table)."""
-        return self.spec.reading.pieces(sequence, self.spec.table_length)
+    def pieces(self, sequence: list[int], size: int | None = None) -> list[list[int]]:
+        """The sequences this system's reading cuts a document or query into, of at most `size` tokens (default T:
+        its position table)."""
+        return self.spec.reading.pieces(sequence, size or self.spec.table_length)
 
     @torch.no_grad()
     def read_tokens(self, sequence: list[int]) -> torch.Tensor:

@@ -11,6 +11,8 @@ LongEmbed's 1,527 queries); the other meeting then counts as a wrong answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ...errors import UsageError
@@ -29,6 +31,21 @@ def meeting_files(folder: str | Path) -> list[Path]:
     return files
 
 
+@contextmanager
+def reading_meeting(file: Path, needs: str) -> Iterator[None]:
+    """Reads `file`'s fields inside: one missing or of the wrong kind is refused in one line saying what a QMSum
+    meeting needs besides its turns (`needs`)."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(
+            f"{file} is not a QMSum meeting ({error!r}); it needs meeting_transcripts of {{speaker, content}} turns "
+            f"and {needs}."
+        ) from None
+
+
 def transcript(meeting: dict) -> str:
     return "\n".join(f"{turn['speaker']}: {turn['content']}" for turn in meeting["meeting_transcripts"])
 
@@ -40,15 +57,10 @@ def read_meetings(folder: str | Path, limit: int | None = None) -> Corpus:
     names, documents, queries, answers, repeated = [], [], [], [], 0
     asked: set[str] = set()
     for index, file in enumerate(files):
-        try:
+        with reading_meeting(file, "general_query_list and specific_query_list of {query, answer}"):
             meeting = json.loads(file.read_text(encoding="utf-8"))
             text = transcript(meeting)
             pairs = meeting["general_query_list"] + meeting["specific_query_list"]
-        except (ValueError, KeyError, TypeError) as error:
-            raise UsageError(
-                f"{file} is not a QMSum meeting ({error!r}); it needs meeting_transcripts of {{speaker, content}} "
-                "turns and general_query_list and specific_query_list of {query, answer}."
-            ) from None
         names.append(f"{file.parent.name}/{file.stem}")
         documents.append(text)
         for pair in pairs:

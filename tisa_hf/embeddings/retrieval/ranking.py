@@ -1,8 +1,15 @@
-"""Ranking measures with one relevant document per query, reciprocal-rank fusion, and late-interaction scores.
+"""Ranking measures, with one relevant candidate per query or several, reciprocal-rank fusion, and late-interaction
+scores.
 
 A query's rank is that of its document among all candidates, ties counted against it (rank 1 only when it
 scores strictly above every other candidate, as Acc@1 always was here). With one relevant document, nDCG@10 is
 1 / log2(rank + 1) when rank <= 10, else 0 (the ideal DCG is 1); MRR@10 is 1 / rank when rank <= 10.
+
+With several relevant candidates (binary relevance: each relevant one gains 1), a query's ranking orders its
+candidates by score, a relevant one after every other of the same score (ties against the query again), and keeps
+the positions of its relevant ones down to the deepest cutoff: nDCG@10 is their DCG, the sum of 1 / log2(position
++ 1) over the first 10, over the ideal DCG of min(R, 10) relevant ones first (R: the query's relevant candidates);
+Recall@k is the share of the R found in the first k (pytrec_eval's and BEIR's recall, so below 1 where R > k).
 
 Reciprocal-rank fusion (Cormack et al., 2009) scores a document by the sum over the fused systems of
 1 / (k + its rank), k = 60 as in the paper and in practice; tied documents share their best rank.
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -48,6 +56,84 @@ MEASURE_LABELS = {"ndcg_at_10": "nDCG@10", "acc_at_1": "Acc@1", "mrr_at_10": "MR
 
 def per_query(measure: str, ranks: Sequence[int]) -> list[float]:
     return [MEASURES[measure](rank) for rank in ranks]
+
+
+class Judge(Protocol):
+    """How a task measures a cell's scores (queries x candidates): the measures' labels by key, a system's result
+    (each measure's mean over the queries and what it keeps per query), and a measure's per-query values from a
+    result (the paired intervals resample them)."""
+
+    labels: dict[str, str]
+
+    def result(self, scores: np.ndarray) -> dict[str, Any]: ...
+
+    def per_query(self, result: dict[str, Any], measure: str) -> list[float]: ...
+
+
+class OneRelevant:
+    """Each query's one relevant document (`answers[q]`): its rank gives nDCG@10, Acc@1 and MRR@10, and a result
+    keeps the ranks."""
+
+    labels = MEASURE_LABELS
+
+    def __init__(self, answers: Sequence[int]) -> None:
+        self.answers = answers
+
+    def result(self, scores: np.ndarray) -> dict[str, Any]:
+        ranks = answer_ranks(scores, self.answers)
+        return {measure: float(np.mean(per_query(measure, ranks))) for measure in MEASURES} | {"ranks": ranks}
+
+    def per_query(self, result: dict[str, Any], measure: str) -> list[float]:
+        return per_query(measure, result["ranks"])
+
+
+RECALL_CUTOFFS = (10, 50)
+SEVERAL_LABELS = {"ndcg_at_10": "nDCG@10", **{f"recall_at_{k}": f"Recall@{k}" for k in RECALL_CUTOFFS}}
+
+
+def relevant_positions(scores: np.ndarray, relevant: Sequence[Sequence[int]], deepest: int) -> list[list[int]]:
+    """Per query (a row of `scores`), the positions (from 1) of its relevant candidates among its first `deepest`,
+    a relevant candidate ranked after every other candidate of its score."""
+    positions = []
+    for row, wanted in zip(np.asarray(scores), relevant, strict=True):
+        is_relevant = np.zeros(len(row), dtype=bool)
+        is_relevant[list(wanted)] = True
+        order = np.lexsort((is_relevant, -row))[:deepest]
+        positions.append((np.flatnonzero(is_relevant[order]) + 1).tolist())
+    return positions
+
+
+def ndcg_of(positions: Sequence[int], relevant: int, cutoff: int = CUTOFF) -> float:
+    gained = sum(1 / math.log2(position + 1) for position in positions if position <= cutoff)
+    return gained / sum(1 / math.log2(position + 1) for position in range(1, min(relevant, cutoff) + 1))
+
+
+def recall_of(positions: Sequence[int], relevant: int, cutoff: int) -> float:
+    return sum(position <= cutoff for position in positions) / relevant
+
+
+class SeveralRelevant:
+    """Each query's relevant candidates (`relevant[q]`, binary relevance): nDCG@10, Recall@10 and Recall@50, and a
+    result keeps each query's relevant positions down to 50 (`relevant_positions`)."""
+
+    labels = SEVERAL_LABELS
+
+    def __init__(self, relevant: Sequence[Sequence[int]]) -> None:
+        if min(map(len, relevant)) == 0:
+            raise ValueError("several relevant: a query has no relevant candidate; every query needs one.")
+        self.relevant = relevant
+
+    def result(self, scores: np.ndarray) -> dict[str, Any]:
+        positions = relevant_positions(scores, self.relevant, max(RECALL_CUTOFFS))
+        result: dict[str, Any] = {"relevant_positions": positions}
+        return {measure: float(np.mean(self.per_query(result, measure))) for measure in self.labels} | result
+
+    def per_query(self, result: dict[str, Any], measure: str) -> list[float]:
+        pairs = list(zip(result["relevant_positions"], map(len, self.relevant), strict=True))
+        if measure == "ndcg_at_10":
+            return [ndcg_of(positions, count) for positions, count in pairs]
+        cutoff = int(measure.removeprefix("recall_at_"))
+        return [recall_of(positions, count, cutoff) for positions, count in pairs]
 
 
 def reciprocal_rank_fusion(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:

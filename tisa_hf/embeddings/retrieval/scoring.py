@@ -27,14 +27,20 @@ from .readouts import Scorer, scorer_for
 @dataclass(frozen=True)
 class Cell:
     """One set of documents and the queries asked of them, as every system of a run scores them: `name` (the file
-    of its scores under OUT/scores/SYSTEM/), the documents' token ids and their text (BM25's; `document_texts`
-    gives them when asked), and the queries' token ids and text."""
+    of its scores under OUT/scores/SYSTEM/), the documents' token ids, the candidates' text (BM25's; `document_texts`
+    gives them when asked), and the queries' token ids and text.
+
+    The candidates are the documents, or with a `window` the documents' windows of that many tokens in order
+    (`readouts.py`). With `candidates`, each query ranks only its own (columns of the scores): every system's
+    scores elsewhere are -inf, so that a hybrid fuses the ranks among a query's own candidates."""
 
     name: str
     documents: list[list[int]]
     query_ids: list[list[int]]
     queries: list[str]
     document_texts: Callable[[], list[str]]
+    window: int | None = None
+    candidates: list[range] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,14 +80,24 @@ def score(
         parts = (np.load(scores_path(out, part, cell.name)) for part in (system.lexical, system.dense))
         scored = Scored(reciprocal_rank_fusion(*parts))
     else:
-        scorer = scorer_for(embedder, cell.query_ids, torch_products)
+        scorer = scorer_for(embedder, cell.query_ids, torch_products, cell.window)
         if keeping is None:
             scored = Scored(scorer.scores(*scorer.keep_all(cell.documents, progress)), scorer)
         else:
             kept = embed_documents(scorer.keep, cell.documents, keeping.folder, keeping.name, keeping.fingerprint)
             scored = Scored(scorer.scores(kept["embeddings"], kept["windows"]), scorer, kept)
+    if cell.candidates is not None:
+        scored.scores = among_candidates(scored.scores, cell.candidates)
     save_array(scores_path(out, system.spec, cell.name), scored.scores)
     return scored
+
+
+def among_candidates(scores: np.ndarray, candidates: list[range]) -> np.ndarray:
+    """`scores` where each query's row keeps its candidates' columns and is -inf elsewhere."""
+    kept = np.full(np.shape(scores), -np.inf, dtype=np.asarray(scores).dtype)
+    for query, columns in enumerate(candidates):
+        kept[query, columns] = scores[query, columns]
+    return kept
 
 
 def ordered(systems: list[RetrievalSystem]) -> list[RetrievalSystem]:

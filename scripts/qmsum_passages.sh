@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# QMSum's query-based passages (docs/results-longdoc.md, section 2d; `tisa-hf qmsum-passages`) on the packaged
+# all-MiniLM-L6-v2, offline, on CPU or one GPU: each specific query finds its windows of W tokens within its own
+# meeting and across all 197, one record folder a W under docs/results/longdoc/qmsum-passages-minilm/wW.
+# Stages, cheapest first, each over every W of WINDOWS (default "128 256 512"):
+#   bm25      BM25 over the windows' text (under a minute a W);
+#   chunk     chunk:minilm, each window read apart, and its hybrid with BM25 (tens of minutes a W on 2 CPU cores);
+#   late      late:chunk:minilm, MaxSim against each window's token vectors read apart, and its hybrid;
+#   context   late chunking: interp:minilm and the adapted s5-all and s5-long that exist (ADAPTED), each meeting
+#             read whole and each window pooled from its token states, their late: read-outs (each window's part
+#             of the whole read) and their hybrids, paired to chunking's; hours on 2 CPU cores (a GPU's work).
+# A stage's call repeats the systems it pairs to, which a finished record skips (a rerun of a finished stage
+# computes nothing). The window embeddings and scores (about 220 MB a system and setting at W = 128) stay out of
+# git (the records folder's .gitignore): an interrupted model system resumes at its next meeting on the machine
+# that ran it; elsewhere it is measured again.
+#
+#   bash scripts/qmsum_passages.sh                      # every stage
+#   WINDOWS="128" bash scripts/qmsum_passages.sh bm25 chunk
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ADAPTED=${ADAPTED:-runs/adapt-minilm}
+RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
+read -ra windows <<<"${WINDOWS:-128 256 512}"
+export HF_HUB_OFFLINE=1
+
+passages() {  # passages SYSTEM... [--paired REF...]: every W of WINDOWS, into $RECORDS/wW
+    local window
+    for window in "${windows[@]}"; do
+        tisa-hf qmsum-passages "$@" --window-tokens "$window" --out "$RECORDS/w$window"
+    done
+}
+
+whole_reads() {  # the whole-read systems that exist, one a line; the missing adapted ones named on stderr
+    echo interp:minilm
+    local name
+    for name in s5-all s5-long; do
+        if [[ -f $ADAPTED/$name/metrics.json || -f $ADAPTED/$name/modules.json ]]; then
+            echo "$ADAPTED/$name"
+        else
+            echo "not adapted yet (scripts/adapt_minilm.sh $name): $ADAPTED/$name" >&2
+        fi
+    done
+}
+
+stage_bm25() { passages bm25; }
+stage_chunk() { passages bm25 chunk:minilm hybrid:bm25+chunk:minilm --paired bm25 chunk:minilm; }
+stage_late() {
+    passages bm25 chunk:minilm late:chunk:minilm hybrid:bm25+late:chunk:minilm \
+        --paired bm25 chunk:minilm late:chunk:minilm
+}
+stage_context() {
+    local reads systems=(bm25 chunk:minilm late:chunk:minilm) system
+    mapfile -t reads < <(whole_reads)
+    for system in "${reads[@]}"; do systems+=("$system" "late:$system" "hybrid:bm25+$system"); done
+    passages "${systems[@]}" --paired bm25 chunk:minilm late:chunk:minilm
+}
+
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(bm25 chunk late context)
+for stage in "${stages[@]}"; do
+    case $stage in
+        bm25 | chunk | late | context) "stage_$stage" ;;
+        *)
+            echo "qmsum_passages.sh: unknown stage $stage; give bm25, chunk, late or context." >&2
+            exit 2
+            ;;
+    esac
+done
