@@ -74,7 +74,13 @@ def test_top_level_calls_leave_out_the_calls_inside_them():
 def test_compile_times_plain_and_tisa_eager_and_compiled_side_by_side(tmp_path, capsys, monkeypatch):
     """`--compile`: four variants a shape, each with its median and range, the eager and compiled ratios, and the
     compile times apart."""
-    monkeypatch.setattr(cases, "bert_base_config", small_config)
+
+    def two_layers(implementation: str, dropout: float) -> BertConfig:
+        config = small_config(implementation, dropout)
+        config.num_hidden_layers = 2
+        return config
+
+    monkeypatch.setattr(cases, "bert_base_config", two_layers)
     output = tmp_path / "bench.json"
     arguments = ["--device", "cpu", "--sections", "train", "infer", "--implementations", "sdpa", "--compile"]
     arguments += ["--compile-backend", "aot_eager", "--warmup", "0", "--repeats", "2", "--no-memory"]
