@@ -169,16 +169,22 @@ def glue_argv(workspace: Path, output_dir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def accelerate_launch(module: str, *placement: str) -> list[str]:
+    """`accelerate launch` of `module` on 2 CPU processes in all, placed by `placement` (the machine and rendezvous
+    options)."""
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", *placement,
+        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
+    ]  # fmt: skip
+
+
 def two_process_launch(module: str) -> list[str]:
     """`accelerate launch` of `module` on 2 CPU processes, rendezvousing on a free port (so that concurrent runs on
     one machine never meet on accelerate's default port)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-        "1", "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no", "-m", module,
-    ]  # fmt: skip
+    return accelerate_launch(module, "--num_machines", "1", "--main_process_port", str(port))
 
 
 def two_machine_launch(
@@ -190,12 +196,10 @@ def two_machine_launch(
     there no address but 127.0.0.1 exists. `environment` is added to this process's. Both are killed if they
     outlive `timeout` seconds; the exit status is nonzero if either machine failed, and stdout holds both
     machines' output."""
-    launch = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-        "2", "--main_process_ip", "127.0.0.1", "--main_process_port", "29500", "--mixed_precision", "no",
-        "--dynamo_backend", "no", "-m", module, *argv,
-    ]  # fmt: skip
-    machines = [shlex.join([*launch[:3], "--machine_rank", str(rank), *launch[3:]]) for rank in (0, 1)]
+    rendezvous = ("--num_machines", "2", "--main_process_ip", "127.0.0.1", "--main_process_port", "29500")
+    machines = [
+        shlex.join([*accelerate_launch(module, *rendezvous, "--machine_rank", str(rank)), *argv]) for rank in (0, 1)
+    ]
     script = (
         f"ip link set lo up && {{ {machines[0]} & first=$!; {machines[1]} & second=$!; "
         "wait $first; a=$?; wait $second; b=$?; exit $((a | b)); }"
