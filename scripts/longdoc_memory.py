@@ -2,7 +2,7 @@
 
 For each model (the packaged MiniLM, a BERT-base-shaped random model: 12 layers, hidden 768, 12 heads), one step
 of sequence classification (forward with a loss, backward; batch 1, no optimizer) at each length: the plain model
-(its position table stretched by linear position interpolation past 512, `tisa_hf.common.interpolation`) and
+(its position table stretched by linear position interpolation past 512, `tisa_hf.common.long_inputs`) and
 TISA `mode="replace"` with S kernels (no position table to stretch). Each measurement runs in a fresh process
 (its peak resident set, VmHWM reset after the model is built, with glibc's mmap threshold fixed so that freed
 tensors go back to the OS: the method of `tisa-hf bench`); the cases are interleaved over `--repeats` rounds and
@@ -37,7 +37,7 @@ def build_model(model_name: str, variant: str, length: int, kernels: int, attent
     from transformers import AutoConfig, AutoModelForSequenceClassification, BertForSequenceClassification
 
     import tisa_hf
-    from tisa_hf.common.interpolation import PositionInterpolation
+    from tisa_hf.common.long_inputs import PositionInterpolation
     from tisa_hf.performance.cases import bert_base_config
 
     torch.manual_seed(0)

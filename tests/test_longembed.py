@@ -15,7 +15,7 @@ from embedding_fixtures import parse_systems_then_options, record_loaded_systems
 from transformers import AutoModel
 
 from tests.fixtures import WORDS
-from tisa_hf.common.pooling import chunks_of
+from tisa_hf.common.long_inputs import chunks_of
 from tisa_hf.common.text import tokenize_articles
 from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError

@@ -207,7 +207,7 @@ def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_pat
     from embedding_fixtures import direct_embedding, tiny_tokenizer
     from transformers import AutoModel
 
-    from tisa_hf.common.pooling import chunks_of
+    from tisa_hf.common.long_inputs import chunks_of
     from tisa_hf.config import TisaConfig
 
     tiny = str(workspace / "tiny")
@@ -298,7 +298,7 @@ def test_the_late_readout_scores_by_maxsim_over_token_states_and_keeps_each_docu
     from embedding_fixtures import tiny_tokenizer
     from transformers import AutoModel
 
-    from tisa_hf.common.pooling import chunks_of
+    from tisa_hf.common.long_inputs import chunks_of
     from tisa_hf.config import TisaConfig
 
     tiny = str(workspace / "tiny")

@@ -11,7 +11,7 @@ tokens):
 With --paired REF, every other model's difference to REF per measure and length, with a 95% bootstrap interval
 over the blocks (the same blocks for both: the per-block sums are kept in the JSON).
 A model is a checkpoint (folder, Hub id or `minilm`) or `interp:NAME`, NAME with its position table stretched
-by linear position interpolation (the peer baseline beyond the table; tisa_hf/common/interpolation.py). A model
+by linear position interpolation (the peer baseline beyond the table; tisa_hf/common/long_inputs.py). A model
 that cannot read n tokens (a position table shorter than n) gets null at n. Long inputs fit CPU memory: TISA
 `replace` mode attends blockwise at inference, and the other models run sdpa without a mask.
 
@@ -45,7 +45,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrai
 from ..cli_options import lm_eval_parser
 from ..common.checkpoints import CheckpointFacts
 from ..common.hub_access import loading_errors, model_remedy, model_source
-from ..common.interpolation import PositionInterpolation
+from ..common.long_inputs import PositionInterpolation
 from ..common.machine import checked_device, machine, versions
 from ..common.paired import paired_to
 from ..common.result_files import FinishedCells, check_writable, replace_atomically, write_text_atomically

@@ -13,7 +13,7 @@ reads unnormalised features; with `--train kernels` the LayerNorms are frozen, s
 
 `EmbeddingObjective` (`--objective embed`): the student's mean-pooled embedding of each block against the teacher's,
 1 - cosine per block, for embedding use beyond the teacher's table: a block the teacher reads whole has its
-embedding as the target; a longer one the teacher's chunk-average (`tisa_hf.common.pooling`, the
+embedding as the target; a longer one the teacher's chunk-average (`tisa_hf.common.long_inputs`, the
 `chunk:MODEL` reading `tisa-hf longembed` compares), so the student learns to embed a long block as well as the
 best the teacher can do with it, from one forward over the whole block. Token-state distillation may be added
 with a weight, on the blocks the teacher reads whole (it has no token states for the others). So may a contrastive
@@ -43,7 +43,7 @@ from transformers import (
 )
 from transformers.utils import ModelOutput
 
-from ..common.pooling import chunk_average
+from ..common.long_inputs import chunk_average
 from ..common.text import special_tokens_mask
 from ..errors import UsageError
 from ..model_configs import plain_model_config

@@ -37,8 +37,8 @@ def first_tokens(sequence: list[int], table: int) -> list[list[int]]:
 
 
 def table_chunks(sequence: list[int], table: int) -> list[list[int]]:
-    """`[CLS] chunk [SEP]` pieces of at most `table` tokens (`common/pooling.py`)."""
-    from .pooling import chunks_of
+    """`[CLS] chunk [SEP]` pieces of at most `table` tokens (`common/long_inputs.py`)."""
+    from .long_inputs import chunks_of
 
     return chunks_of(sequence, table) if len(sequence) > table else [sequence]
 

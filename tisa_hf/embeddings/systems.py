@@ -23,8 +23,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
-from ..common.interpolation import PositionInterpolation
-from ..common.pooling import chunk_average
+from ..common.long_inputs import PositionInterpolation, chunk_average
 from ..common.sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
 from ..common.spellings import Reading, Readout, Spelling, parse_spelling, spoken_list
 from ..config import TisaConfig

@@ -13,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
 
 from ..attention import BANDED, DEFAULT_SDPA_POLICY, SDPA_POLICY_KWARG
-from ..common.interpolation import PositionInterpolation
+from ..common.long_inputs import PositionInterpolation
 from ..config import TisaConfig
 from ..modeling import patch
 from ..packaged import minilm_path

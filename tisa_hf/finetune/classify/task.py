@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, DataCol
 from ...adapters import find_base_model
 from ...common.checkpoints import check_sequence_length
 from ...common.hub_access import loading_errors, model_remedy
-from ...common.interpolation import PositionInterpolation
+from ...common.long_inputs import PositionInterpolation
 from ...errors import UsageError
 from ..arguments import ModelArguments, TisaArguments, TrainingArguments
 from ..predictions import RunPredictions, SplitPredictions

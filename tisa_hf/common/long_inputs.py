@@ -1,15 +1,24 @@
-"""Linear position interpolation: the peer baseline for inputs longer than a model's position table.
+"""The two peer baselines for inputs longer than a model's position table: linear position interpolation and
+chunk-and-average.
 
 `interp:MODEL` (in `tisa-hf lm-eval`) is MODEL with its position table stretched to the input length n:
 position p reads the table of T rows at x = p * T / n (the m * L / L' mapping of position interpolation, Chen et
 al. 2023, which LongEmbed and E5-Base-4k apply to absolute position embeddings), linearly between rows floor(x)
 and floor(x) + 1 (the last row is held past the end). At n <= T the scale is 1 and every row is the original
 one exactly, so the model is the original model.
+
+Chunk-and-average (`chunk:MODEL`, which `tisa-hf longembed` and the other retrieval commands compare) embeds a
+document in chunks the table covers and averages them; `tisa-hf adapt --objective embed` takes it as its teacher's
+embedding of a block the teacher cannot read whole: one home, so that the adaptation's target is the baseline it is
+measured against.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -60,3 +69,24 @@ class PositionInterpolation:
         if "token_type_ids" in buffers:
             buffers["token_type_ids"] = torch.zeros(1, count, dtype=torch.long, device=rows.device)
         return self.model
+
+
+def chunks_of(document: list[int], size: int) -> list[list[int]]:
+    """`[CLS] chunk [SEP]` sequences of at most `size` tokens covering the document's tokens between its own
+    [CLS] and [SEP] in order (the last chunk may be shorter)."""
+    first, body, last = document[0], document[1:-1], document[-1]
+    step = size - 2
+    return [[first, *body[start : start + step], last] for start in range(0, len(body), step)]
+
+
+def chunk_average(
+    embed: Callable[..., torch.Tensor], documents: list[list[int]], size: int, progress: str | None = None
+) -> torch.Tensor:
+    """Per document, the normalised mean of its chunks' (normalised) embeddings; `embed` embeds sequences."""
+    chunked = [chunks_of(document, size) for document in documents]
+    flat = embed([chunk for chunks in chunked for chunk in chunks], progress)
+    means, start = [], 0
+    for chunks in chunked:
+        means.append(flat[start : start + len(chunks)].mean(0))
+        start += len(chunks)
+    return F.normalize(torch.stack(means), dim=-1)
