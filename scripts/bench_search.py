@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import tisa_hf
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.embeddings import to_tisa_sentence_transformer
 from tisa_hf.embeddings.retrieval.qmsum_data import read_meetings
 from tisa_hf.multivector import save_multi_vector_encoder

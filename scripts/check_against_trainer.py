@@ -82,7 +82,7 @@ def check_finished(folder: Path, record: dict[str, Any], settings: tuple[Any, ..
 def run_tisa_hf(argv: list[str], folder: Path) -> dict[str, Any]:
     """`tisa-hf glue` in its own process, with the tisa_hf this script imported (resuming the run when it has a
     checkpoint); its metrics.json record."""
-    command = [sys.executable, "-m", "tisa_hf.glue", *argv, "--output_dir", str(folder)]
+    command = [sys.executable, "-m", "tisa_hf.commands.glue", *argv, "--output_dir", str(folder)]
     if RunFolder(folder).latest_checkpoint() is not None:
         command.append("--resume")
     package_root = str(Path(tisa_hf.__file__).resolve().parents[1])

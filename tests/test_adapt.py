@@ -20,7 +20,7 @@ from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import DistillationObjective, MaskedLMObjective
 from tisa_hf.adapt.plan import curriculum_steps
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.common.model_cards import adaptation_section
 from tisa_hf.common.text import (
     block_count,
@@ -406,7 +406,7 @@ def test_two_processes_match_one(workspace, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this test runs its two processes on CPU")
     argv = adapt_argv(workspace, tmp_path / "double", "--train", "all")
-    command = [*two_process_launch("tisa_hf.adapt"), *argv]
+    command = [*two_process_launch("tisa_hf.commands.adapt"), *argv]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]

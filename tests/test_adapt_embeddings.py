@@ -18,7 +18,7 @@ from tests.fixtures import WORDS, tiny_config, write_rte_tsv, write_tiny_model, 
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.adapt.objectives import EVAL_SPAN_SEED, EmbeddingObjective, span_queries
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.finetune import push
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS

@@ -17,7 +17,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 import tisa_hf
 from tests.fixtures import tiny_config
 from tisa_hf.analysis.html_report import SECTIONS
-from tisa_hf.cli import entry, main
+from tisa_hf.commands.cli import entry, main
 from tisa_hf.common import hub_access
 
 analyze, compare = entry("analyze"), entry("compare")

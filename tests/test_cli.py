@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tisa_hf import cli
+from tisa_hf.commands import cli
 
 # What a help request must not import: each takes seconds, and none is needed to print options.
 HEAVY_MODULES = ("torch", "transformers.modeling_utils", "accelerate", "datasets", "matplotlib", "sklearn", "peft")

@@ -21,11 +21,11 @@ import tisa_hf
 from tests.fixtures import MODEL_TYPES, glue_argv, tiny_config, write_rte_tsv, write_tiny_model
 from tests.test_banded import narrow_model
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
+from tisa_hf.commands.glue import main as glue_main
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.classify.options import CLASSIFY_ARGUMENTS
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.squad.options import SQUAD_ARGUMENTS
-from tisa_hf.glue import main as glue_main
 
 CLASSIFIER_DROPOUT = {"albert": "classifier_dropout_prob", "distilbert": "seq_classif_dropout"}
 

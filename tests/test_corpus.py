@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from embedding_fixtures import stop_after_the_first_part
 
-from tisa_hf import cli
+from tisa_hf.commands import cli
 
 pytest.importorskip("sentence_transformers")
 

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
 from tests.fixtures import WORDS, write_tiny_model
-from tisa_hf.classify import main
+from tisa_hf.commands.classify import main
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.classify.labels import LabelVocabulary

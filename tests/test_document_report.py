@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
-from tisa_hf import cli
+from tisa_hf.commands import cli
 from tisa_hf.experiments.document_report import fold_table, paired_differences
 from tisa_hf.experiments.report import collect
 

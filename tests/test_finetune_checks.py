@@ -17,12 +17,12 @@ import yaml
 from huggingface_hub import HfApi, errors
 
 from tests.fixtures import glue_argv, write_rte_tsv, write_tiny_model
+from tisa_hf.commands.glue import main as glue
+from tisa_hf.commands.squad import main as squad
 from tisa_hf.common import hub_access
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.glue import task as glue_module
 from tisa_hf.finetune.squad import task as squad_module
-from tisa_hf.glue import main as glue
-from tisa_hf.squad import main as squad
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "index\tsentence1\tsentence2\tlabel\n"
@@ -336,7 +336,7 @@ def test_failed_upload_says_the_run_is_saved_and_how_to_retry(workspace, tmp_pat
 def test_log_file_holds_plain_lines_and_no_library_chatter(workspace, tmp_path):
     argv = glue_argv(workspace, tmp_path / "run", *RESUMABLE)
     completed = subprocess.run(
-        [sys.executable, "-m", "tisa_hf.cli", "glue", *argv],
+        [sys.executable, "-m", "tisa_hf", "glue", *argv],
         cwd=ROOT,
         capture_output=True,  # stderr is a pipe, as when it goes to a log file
         text=True,

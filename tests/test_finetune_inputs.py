@@ -12,8 +12,8 @@ from accelerate import Accelerator
 from transformers import BertConfig, RobertaConfig
 
 from tests.fixtures import glue_argv, write_glue_tsv, write_rte_tsv, write_tiny_model
-from tisa_hf import cli
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
+from tisa_hf.commands import cli
 from tisa_hf.common.checkpoints import position_limit
 from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from tisa_hf import cli
+from tisa_hf.commands import cli
 from tisa_hf.experiments.report import collect, gains, render, render_paired, score_table
 from tisa_hf.finetune.glue.metrics import glue_metrics
 from tisa_hf.finetune.predictions import RunPredictions, SplitPredictions

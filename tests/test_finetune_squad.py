@@ -12,11 +12,11 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
 import tisa_hf
 from tests.fixtures import WORDS, write_tiny_model
+from tisa_hf.commands.squad import main
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.squad.data import prepare_eval_features, read_squad_json
 from tisa_hf.finetune.squad.metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
 from tisa_hf.finetune.squad.options import SQUAD_ARGUMENTS
-from tisa_hf.squad import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_SEQ_LENGTH, DOC_STRIDE = 40, 16  # the tiny model has 64 positions; long contexts span several windows

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tests.fixtures import write_rte_tsv, write_tiny_model
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.experiments.sweep import COMMANDS, plan
 from tisa_hf.finetune.arguments import parse_arguments
 
@@ -49,7 +49,7 @@ def test_plan_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
         ("s3-replace", 2, "resume"),
     ]
     last = runs[-1].command
-    assert last[:6] == ["accelerate", "launch", "--num_processes", "2", "-m", "tisa_hf.glue"]
+    assert last[:6] == ["accelerate", "launch", "--num_processes", "2", "-m", "tisa_hf.commands.glue"]
     assert last[last.index("--tisa.num_kernels") + 1] == "3" and last[last.index("--tisa.mode") + 1] == "replace"
     assert last[last.index("--config") + 1] == str(tmp_path / "glue" / "rte.yaml")
     assert last[-5:-1] == ["--seed", "2", "--output_dir", str(tmp_path / "runs/rte/s3-replace/seed-2")]
@@ -208,7 +208,7 @@ def test_folds_run_fold_by_fold_within_each_seed_into_folders_of_their_own(tmp_p
     last = runs[-1]
     assert last.label == "hp s5-2048 fold 2 seed 2"
     assert last.output_dir == tmp_path / "runs/hp/s5-2048/fold-2/seed-2"
-    assert last.command[1:3] == ["-m", "tisa_hf.classify"]
+    assert last.command[1:3] == ["-m", "tisa_hf.commands.classify"]
     assert last.command[-6:] == ["--fold", "2", "--seed", "2", "--output_dir", str(last.output_dir)]
     part = plan(sweep, seeds=[2], folds=[2, 0])
     assert [(run.seed, run.fold) for run in part] == [(2, 0), (2, 0), (2, 2), (2, 2)]

@@ -22,6 +22,7 @@ from tests.fixtures import (
     write_rte_tsv,
     write_tiny_model,
 )
+from tisa_hf.commands.glue import main
 from tisa_hf.common.machine import processor_name
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
@@ -31,7 +32,6 @@ from tisa_hf.finetune.glue.metrics import glue_metrics
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.glue.task import run
 from tisa_hf.finetune.predictions import read_predictions
-from tisa_hf.glue import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,7 +223,7 @@ def two_process_run(workspace, tmp_path_factory) -> Path:
     if torch.cuda.is_available():
         pytest.skip("these tests run their processes on CPU")
     double = tmp_path_factory.mktemp("two-processes") / "run"
-    command = [*two_process_launch("tisa_hf.glue"), *glue_argv(workspace, double, "--tisa.num_kernels", "1")]
+    command = [*two_process_launch("tisa_hf.commands.glue"), *glue_argv(workspace, double, "--tisa.num_kernels", "1")]
     # accelerate 1.x's `--cpu` starts a single process; `--multi_gpu` starts two (torchrun), which
     # ACCELERATE_USE_CPU puts on CPU with the gloo backend.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
@@ -257,7 +257,7 @@ def test_two_machines_end_with_the_weights_of_two_processes_on_one(workspace, tm
         pytest.skip("no network namespace for the two machines (unshare --net needs root or CAP_SYS_ADMIN)")
     two_machines = tmp_path / "two-machines"
     argv = glue_argv(workspace, two_machines, "--tisa.num_kernels", "1")
-    completed = two_machine_launch("tisa_hf.glue", argv, {"PYTHONPATH": str(ROOT)})
+    completed = two_machine_launch("tisa_hf.commands.glue", argv, {"PYTHONPATH": str(ROOT)})
     assert completed.returncode == 0, completed.stdout[-3000:]
     assert json.loads((two_machines / "metrics.json").read_text())["num_processes"] == 2
     weights_one, weights_two = weights(two_process_run), weights(two_machines)

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification
 
 import tisa_hf
 from tests.fixtures import tiny_config
-from tisa_hf import cli
+from tisa_hf.commands import cli
 from tisa_hf.errors import UsageError
 from tisa_hf.finetune import push
 from tisa_hf.packaged import MINILM_HUB_ID

@@ -16,7 +16,7 @@ from embedding_fixtures import stop_after_the_first_part, tiny_tokenizer, write_
 from transformers import AutoModel
 
 import tisa_hf
-from tisa_hf import cli
+from tisa_hf.commands import cli
 
 pytest.importorskip("sentence_transformers")
 from sentence_transformers import MultiVectorEncoder  # noqa: E402

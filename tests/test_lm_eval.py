@@ -14,7 +14,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 import tisa_hf
 from tests.fixtures import tiny_config, write_tiny_model, write_wikitext
 from tisa_hf.adapt import lm_eval
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.common.long_inputs import PositionInterpolation, interpolated_rows
 from tisa_hf.common.result_files import PROGRESS_FILE
 from tisa_hf.common.text import mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles

@@ -11,8 +11,9 @@ import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tisa_hf import cli, demo, patching
+from tisa_hf import patching
 from tisa_hf.analysis.plots import FIGURE_DPI, FIGURE_WIDTH
+from tisa_hf.commands import cli, demo
 
 
 @pytest.fixture(scope="module")

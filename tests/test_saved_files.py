@@ -9,7 +9,7 @@ from transformers import AutoModel
 from tests.fixtures import write_rte_tsv, write_tiny_model, write_wikitext
 from tisa_hf.adapt import adapt_task as adapt_run
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.common.hub_access import loading_errors, model_source
 from tisa_hf.common.saved_files import check_checkpoint
 from tisa_hf.errors import UsageError

@@ -10,9 +10,9 @@ import torch
 from transformers import BertConfig
 
 from tisa_hf import attention
-from tisa_hf.cli_options import batch_shape
 from tisa_hf.kernels import TisaPositionBias
 from tisa_hf.performance import bench, cases, step_profile
+from tisa_hf.performance.options import batch_shape
 
 
 def test_shape_option_reads_batch_by_length():

@@ -8,9 +8,9 @@ import torch
 from transformers import AutoModel
 
 from tests.fixtures import write_tiny_model, write_wikitext
-from tisa_hf import cli, demo
 from tisa_hf.adapt import adapt_task
 from tisa_hf.analysis import commands
+from tisa_hf.commands import cli, demo
 from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError
 from tisa_hf.performance import bench

@@ -3,7 +3,7 @@ on the PATH (the same commands, options and one-line usage errors)."""
 
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

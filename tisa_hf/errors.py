@@ -1,6 +1,6 @@
 """The one error type for what a user got wrong: a setting, an input file, a model folder, an output folder.
 
-Its message names the problem and the fix. The console entry (`tisa_hf.cli`) prints it as one line and exits
+Its message names the problem and the fix. The console entry (`tisa_hf.commands.cli`) prints it as one line and exits
 with status 2; anything else escaping a command is a bug in tisa-hf and keeps its traceback.
 """
 

@@ -1,4 +1,4 @@
-"""`tisa-hf adapt` / `accelerate launch -m tisa_hf.adapt`: adapt a pretrained encoder to TISA on plain text.
+"""`tisa-hf adapt` / `accelerate launch -m tisa_hf.commands.adapt`: adapt a pretrained encoder to TISA on plain text.
 
 The curriculum runs the block lengths short to long, with `--max-steps` split equally between them (the
 remainder going to the longest ones) and one learning-rate schedule over all of them; each optimizer step takes

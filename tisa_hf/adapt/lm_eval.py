@@ -42,7 +42,6 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 
-from ..cli_options import lm_eval_parser
 from ..common.checkpoints import CheckpointFacts
 from ..common.hub_access import loading_errors, model_remedy, model_source
 from ..common.long_inputs import PositionInterpolation
@@ -53,6 +52,7 @@ from ..common.spellings import INTERP, MEAN, WHOLE, parse_spelling
 from ..common.tables import markdown_table, paired_cell
 from ..common.text import block_count, mask_blocks, pack_blocks, read_articles, spread_selection, tokenize_articles
 from ..errors import UsageError
+from .lm_eval_options import lm_eval_parser
 from .objectives import IGNORE_INDEX, check_mlm_head_module, masked_token_losses, mlm_head_of
 
 logger = logging.getLogger(__name__)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli_options import analyze_parser, compare_parser
 from ..common.saved_files import check_output_folder
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .encoder_loading import load_model, load_tokenizer
 from .html_report import write_html, write_metrics
+from .options import analyze_parser, compare_parser
 from .pipeline import AnalysisOptions, analyze_model
 from .plots import save_figures
 from .probing import read_texts

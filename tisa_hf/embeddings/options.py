@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_options import add_paired_arguments, positive_int
+from ..common.options import add_paired_arguments, positive_int
 from ..common.spellings import GRAMMAR, LATE, MEAN, READOUTS, Readout, model_spellings
 from .lexical import TEXT_SYSTEMS_HELP
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from ..cli_options import report_parser
 from ..common.machine import describe_machine
 from ..common.paired import paired_bootstrap
 from ..common.tables import seed_paired_cell
@@ -33,6 +32,7 @@ from ..finetune.glue.data import TASKS
 from ..finetune.glue.metrics import glue_metric
 from ..finetune.predictions import SplitPredictions, read_predictions
 from ..finetune.run_folder import METRICS_FILE, PREDICTIONS_FILE, RunFolder
+from .options import report_parser
 from .variants import BASELINE, compared_model, is_document_run, label_variants, variant_order
 
 logger = logging.getLogger(__name__)

@@ -44,12 +44,12 @@ from typing import Any
 
 import yaml
 
-from ..cli_options import sweep_parser
 from ..errors import UsageError
 from ..finetune.arguments import parse_arguments, resolved_config
 from ..finetune.classify.options import CLASSIFY_ARGUMENTS
 from ..finetune.glue.options import GLUE_ARGUMENTS
 from ..finetune.run_folder import RunFolder, changed_settings
+from .options import sweep_parser
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,10 @@ REQUIRED_KEYS = ("model", "output_dir", "tasks", "seeds", "variants")
 OPTIONAL_KEYS = ("config_dir", "settings", "launcher", "command", "folds", "requires")
 PER_TASK_KEY = "per_task"
 # The run commands a sweep launches: their `python -m` module and argument dataclasses.
-COMMANDS = {"glue": ("tisa_hf.glue", GLUE_ARGUMENTS), "classify": ("tisa_hf.classify", CLASSIFY_ARGUMENTS)}
+COMMANDS = {
+    "glue": ("tisa_hf.commands.glue", GLUE_ARGUMENTS),
+    "classify": ("tisa_hf.commands.classify", CLASSIFY_ARGUMENTS),
+}
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ def command_main(
 ) -> int:
     """Parses `argv` into `argument_types` and calls `run` with them; prints a one-line JSON summary, then the
     line `closing` makes of the run's record, where it makes one. A wrong setting, run folder, model, data or
-    upload raises UsageError (`tisa_hf.cli` reports it)."""
+    upload raises UsageError (`tisa_hf.commands.cli` reports it)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         parsed = parse_arguments(argument_types, argv, prog=prog)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_options import positive_int
+from ..common.options import positive_int
 from ..embeddings.options import add_encoding_arguments, new_parser
 from .compression import DTYPES
 

@@ -53,7 +53,6 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from ..cli_options import bench_parser
 from ..common.checkpoints import CheckpointFacts
 from ..common.machine import checked_device, machine
 from ..common.saved_files import check_output_folder
@@ -67,6 +66,7 @@ from .cases import (
     step_function,
     synchronize,
 )
+from .options import bench_parser
 
 # --- bias build -------------------------------------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ def timed_interleaved(
 def peak_memory_of(case: ModelCase) -> dict[str, float]:
     """Runs `case` for two steps in a fresh subprocess and returns its peak memory in MiB."""
     spec = json.dumps(case.__dict__)
-    command = [sys.executable, "-m", "tisa_hf.cli", "bench", "--memory-worker", spec]
+    command = [sys.executable, "-m", "tisa_hf", "bench", "--memory-worker", spec]
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
     # a fixed mmap threshold makes glibc hand every large freed block back, so the resident set tracks live memory

@@ -178,7 +178,7 @@ def describe_environment(device: torch.device) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..cli_options import env_parser
+    from .options import env_parser
 
     args = env_parser().parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -1,4 +1,4 @@
-"""`tisa-hf classify` / `accelerate launch -m tisa_hf.classify`: fine-tune an encoder, with or without TISA, to
+"""`tisa-hf classify` / `accelerate launch -m tisa_hf.commands.classify`: fine-tune an encoder, with or without TISA, to
 classify long documents (the Hyperpartisan folder with its fixed split or one cross-validation fold, or the user's
 CSV/JSON files), cut to --max-seq-length tokens by --truncation.
 

@@ -1,4 +1,5 @@
-"""`tisa-hf glue` / `accelerate launch -m tisa_hf.glue`: fine-tune an encoder, with or without TISA, on a GLUE task.
+"""`tisa-hf glue` / `accelerate launch -m tisa_hf.commands.glue`: fine-tune an encoder, with or without TISA, on a
+GLUE task.
 
 Writes to --output-dir: the model and tokenizer (`save_pretrained`, TISA included; the final model, or with
 --load_best_model_at_end the best evaluation's), `metrics.json` (settings, seed, versions, every evaluation,

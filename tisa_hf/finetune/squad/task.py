@@ -1,6 +1,6 @@
-"""`tisa-hf squad` / `accelerate launch -m tisa_hf.squad`: fine-tune an encoder, with or without TISA, on SQuAD v1.1
-or v2.0 (`--version_2_with_negative`) and score it with the official EM/F1 (v2: also HasAns/NoAns and the best
-no-answer threshold).
+"""`tisa-hf squad` / `accelerate launch -m tisa_hf.commands.squad`: fine-tune an encoder, with or without TISA, on
+SQuAD v1.1 or v2.0 (`--version_2_with_negative`) and score it with the official EM/F1 (v2: also HasAns/NoAns and
+the best no-answer threshold).
 
 Writes to --output-dir what `tisa-hf glue` writes: the model and tokenizer (`save_pretrained`, TISA included;
 the final model, or with --load_best_model_at_end the one of the best dev F1), `metrics.json`, `run_config.yaml`

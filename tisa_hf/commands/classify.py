@@ -1,4 +1,4 @@
-"""Entry point for `accelerate launch -m tisa_hf.classify ...`: `tisa-hf classify`, same options and error
+"""Entry point for `accelerate launch -m tisa_hf.commands.classify ...`: `tisa-hf classify`, same options and error
 reporting."""
 
 import sys

@@ -2,8 +2,8 @@
 
 A command raises `tisa_hf.errors.UsageError` for what the user got wrong; `main` prints it as one line,
 `tisa-hf COMMAND: message`, and exits with status 2 (with its traceback under `--debug` or `TISA_HF_DEBUG=1`).
-Anything else escaping a command is a bug and keeps its traceback. `python -m tisa_hf.glue` and the other
-launcher entries come through here too.
+Anything else escaping a command is a bug and keeps its traceback. `python -m tisa_hf.commands.glue` and the
+other launcher entries come through here too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import huggingface_hub.utils
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,18 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "demo": Command(
-        "tisa_hf.demo",
-        "tisa_hf.cli_options:demo_parser",
+        "tisa_hf.commands.demo",
+        "tisa_hf.commands.demo_options:demo_parser",
         "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload.",
     ),
     "analyze": Command(
         "tisa_hf.analysis.commands:analyze",
-        "tisa_hf.cli_options:analyze_parser",
+        "tisa_hf.analysis.options:analyze_parser",
         "Positional analysis report of one encoder.",
     ),
     "compare": Command(
         "tisa_hf.analysis.commands:compare",
-        "tisa_hf.cli_options:compare_parser",
+        "tisa_hf.analysis.options:compare_parser",
         "Key positional numbers of several encoders in one table.",
     ),
     "glue": Command(
@@ -68,11 +68,13 @@ COMMANDS: dict[str, Command] = {
         "Fine-tune and evaluate on long-document classification (Hyperpartisan, CSV/JSON).",
     ),
     "sweep": Command(
-        "tisa_hf.experiments.sweep", "tisa_hf.cli_options:sweep_parser", "Run a grid of fine-tuning runs, resumably."
+        "tisa_hf.experiments.sweep",
+        "tisa_hf.experiments.options:sweep_parser",
+        "Run a grid of fine-tuning runs, resumably.",
     ),
     "report": Command(
         "tisa_hf.experiments.report",
-        "tisa_hf.cli_options:report_parser",
+        "tisa_hf.experiments.options:report_parser",
         "Results table (the TISA paper's table 3 layout).",
     ),
     "adapt": Command(
@@ -82,7 +84,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "lm-eval": Command(
         "tisa_hf.adapt.lm_eval",
-        "tisa_hf.cli_options:lm_eval_parser",
+        "tisa_hf.adapt.lm_eval_options:lm_eval_parser",
         "Teacher agreement and masked-token loss against input length.",
     ),
     "longembed": Command(
@@ -127,16 +129,18 @@ COMMANDS: dict[str, Command] = {
         "Zero-shot STS-B (Spearman of cosine similarities) of embedding models, paired.",
     ),
     "push": Command(
-        "tisa_hf.finetune.push", "tisa_hf.cli_options:push_parser", "Upload a run's model with a model card to the Hub."
+        "tisa_hf.finetune.push",
+        "tisa_hf.finetune.push_options:push_parser",
+        "Upload a run's model with a model card to the Hub.",
     ),
     "bench": Command(
         "tisa_hf.performance.bench",
-        "tisa_hf.cli_options:bench_parser",
+        "tisa_hf.performance.options:bench_parser",
         "Speed and memory of TISA against plain attention.",
     ),
     "env": Command(
         "tisa_hf.performance.environment_report",
-        "tisa_hf.cli_options:env_parser",
+        "tisa_hf.performance.options:env_parser",
         "This machine and the attention route each TISA configuration takes on it.",
     ),
 }
@@ -164,7 +168,7 @@ def check_options(name: str, command: Command, args: list[str]) -> None:
     options = _load(command.options)
     prog = f"tisa-hf {name}"
     if isinstance(options, tuple):
-        from .finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
+        from ..finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
 
         parse_arguments(options, args, prog=prog, refuse=_refuse)
     else:
@@ -202,7 +206,7 @@ def configure_logging() -> None:
 
 def entry(name: str) -> Callable[[list[str] | None], int]:
     """`tisa-hf NAME ARGS` as a function of ARGS (default `sys.argv[1:]`), its errors reported as `main` reports
-    them: the entry of `python -m tisa_hf.glue` and the other launcher modules."""
+    them: the entry of `python -m tisa_hf.commands.glue` and the other launcher modules."""
 
     def run_command(argv: list[str] | None = None) -> int:
         return main([name, *(sys.argv[1:] if argv is None else argv)])
@@ -241,7 +245,3 @@ def main(argv: list[str] | None = None, before_running: Callable[[], None] = lam
             traceback.print_exc()
         print(f"tisa-hf {command}: {error}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from .analysis.plots import FIGURE_DPI, scoring_comparison_figure
-from .analysis.positional_attention import analyze_profiles
-from .analysis.scoring import compare_scoring_to_profiles, fit_profile_length
-from .cli_options import demo_parser
-from .common.head_loading import load_under_head
-from .common.hub_access import loading_errors, model_remedy, model_source
-from .common.saved_files import check_output_folder
-from .config import TisaConfig
-from .counting import count_positional_parameters
-from .errors import UsageError, usage_errors
+from ..analysis.plots import FIGURE_DPI, scoring_comparison_figure
+from ..analysis.positional_attention import analyze_profiles
+from ..analysis.scoring import compare_scoring_to_profiles, fit_profile_length
+from ..common.head_loading import load_under_head
+from ..common.hub_access import loading_errors, model_remedy, model_source
+from ..common.saved_files import check_output_folder
+from ..config import TisaConfig
+from ..counting import count_positional_parameters
+from ..errors import UsageError, usage_errors
+from .demo_options import demo_parser
 
 SUMMARY_FILE = "summary.json"  # written last: a folder holding it holds a finished demo
 SENTENCES = [
