@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tisa_hf.commands import cli
 
@@ -151,3 +152,13 @@ def test_python_dash_m_tisa_hf_is_the_command_line_with_its_one_line_errors(tmp_
         f"tisa-hf longembed: --text {tmp_path / 'absent.txt'}: no such file; pass --text with a plain-text file to "
         "cut the needle task's documents from (WikiText-2's test.txt)."
     ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refusing --device cuda needs a machine without CUDA")
+def test_env_checks_its_device_as_every_command_does(capsys):
+    """--device goes through one check (`common.machine.checked_device`; tests/test_sts.py asks sts): on a machine
+    without CUDA, a CUDA device is one line."""
+    assert cli.main(["env", "--device", "cuda"]) == 2
+    assert (
+        capsys.readouterr().err == "tisa-hf env: --device cuda, but this torch sees no CUDA device; use --device cpu.\n"
+    )

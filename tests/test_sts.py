@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from embedding_fixtures import WORDS, parse_systems_then_options, record_loaded_systems, write_tiny_encoder
 from scipy import stats
 
@@ -113,6 +114,15 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
         str(error.value),
     )
     assert loaded == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refusing --device cuda needs a machine without CUDA")
+def test_the_device_is_checked_before_any_model_loads(workspace, tmp_path, loaded):
+    """sts checks --device as every command does (`common.machine.checked_device`)."""
+    with pytest.raises(UsageError) as error:
+        sts.run(arguments(workspace, tmp_path / "out", str(workspace / "tiny"), "--device", "cuda"))
+    assert str(error.value) == "--device cuda, but this torch sees no CUDA device; use --device cpu."
+    assert loaded == []
 
 
 def test_a_rerun_scores_only_the_new_systems_and_pairs_them_all(workspace, tmp_path, loaded):

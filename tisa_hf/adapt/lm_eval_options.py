@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import add_paired_arguments, positive_int
+from ..common.options import (
+    add_batch_tokens_argument,
+    add_device_argument,
+    add_out_argument,
+    add_overwrite_argument,
+    add_paired_arguments,
+    positive_int,
+)
 
 
 def lm_eval_parser() -> argparse.ArgumentParser:
@@ -14,7 +21,7 @@ def lm_eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("models", nargs="+", help="Checkpoints (folder, Hub id, minilm) or interp:NAME.")
     parser.add_argument("--text", required=True, help="Held-out plain text (e.g. WikiText's test.txt).")
     parser.add_argument("--lengths", type=int, nargs="+", required=True, help="Input lengths in tokens.")
-    parser.add_argument("--out", required=True, help="Folder for lm_eval.json, lm_eval.md and lm_eval.png.")
+    add_out_argument(parser, "Folder for lm_eval.json, lm_eval.md and lm_eval.png.")
     parser.add_argument("--teacher", help="The original model, for agreement at the lengths it reads.")
     parser.add_argument("--mlm-head", help="A *ForMaskedLM checkpoint whose head every model uses.")
     parser.add_argument("--tokenizer", help="Tokenizer (default: the teacher's, else the first model's).")
@@ -24,15 +31,14 @@ def lm_eval_parser() -> argparse.ArgumentParser:
         default=65536,
         help="Tokens per length: max-tokens // length blocks (at least one), spread over the text.",
     )
-    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
+    add_batch_tokens_argument(parser)
     parser.add_argument("--mlm-probability", type=float, default=0.15, help="Share of tokens masked.")
     parser.add_argument("--seed", type=int, default=0, help="Masking seed, the same for every model.")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    add_device_argument(parser)
     add_paired_arguments(parser, "model's difference to REF", "blocks")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Replace an existing lm_eval.json, or discard an unfinished evaluation's results (a rerun with the "
-        "same settings resumes from them).",
+    add_overwrite_argument(
+        parser,
+        "Replace an existing lm_eval.json, or discard an unfinished evaluation's results (a rerun with the same "
+        "settings resumes from them).",
     )
     return parser

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..common.options import add_out_argument
+
 
 def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len", type=int, default=512, help="positions to analyse (default 512)")
@@ -23,7 +25,7 @@ def analyze_parser() -> argparse.ArgumentParser:
         prog="tisa-hf analyze", description="Positional analysis report (HTML, JSON, PNG) of one encoder."
     )
     parser.add_argument("model", help="local folder or Hub id of a supported encoder (TISA or not), or minilm")
-    parser.add_argument("--out", required=True, help="report folder (report.html, metrics.json, figures)")
+    add_out_argument(parser, "report folder (report.html, metrics.json, figures)")
     parser.add_argument("--layers", type=int, nargs="+", help="layers to show, counted from 0 (default: all)")
     _add_analysis_options(parser)
     return parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import non_negative_int
+from ..common.options import add_overwrite_argument, non_negative_int
 from ..packaged import MINILM_ALIAS
 
 
@@ -17,5 +17,5 @@ def demo_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--out", default="tisa-demo", help="output folder")
     parser.add_argument("--kernels", type=non_negative_int, default=5, help="S, kernels per head and layer")
     parser.add_argument("--mode", default="add", choices=["add", "replace"])
-    parser.add_argument("--overwrite", action="store_true", help="start over in an --out that holds a finished demo")
+    add_overwrite_argument(parser, "start over in an --out that holds a finished demo")
     return parser

@@ -41,6 +41,31 @@ def dropout_rate(text: str) -> float:
     return value
 
 
+def add_device_argument(
+    parser: argparse.ArgumentParser, help: str = "cpu, cuda, ... (default: cuda when available)."
+) -> None:
+    """--device: where the models run, checked by `common.machine.checked_device` before any model loads."""
+    parser.add_argument("--device", help=help)
+
+
+def add_batch_tokens_argument(parser: argparse.ArgumentParser) -> None:
+    """--batch-tokens: the tokens of one forward pass (a batch holds as many sequences as fit)."""
+    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
+
+
+def add_out_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """--out, the folder a command writes its results to; `help` names what it holds."""
+    parser.add_argument("--out", required=True, help=help)
+
+
+def add_overwrite_argument(
+    parser: argparse.ArgumentParser, help: str = "Start over instead of resuming an existing run."
+) -> None:
+    """--overwrite: replace what a finished (or resumable) earlier run in --out holds instead of refusing or
+    resuming."""
+    parser.add_argument("--overwrite", action="store_true", help=help)
+
+
 def add_paired_arguments(parser: argparse.ArgumentParser, difference: str, over: str) -> None:
     """--paired REF... (every other compared item's `difference` to REF, with a 95% bootstrap interval `over` what
     is resampled) and the bootstrap's resamples and seed."""

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import add_paired_arguments, positive_int
+from ..common.options import (
+    add_batch_tokens_argument,
+    add_device_argument,
+    add_out_argument,
+    add_overwrite_argument,
+    add_paired_arguments,
+    positive_int,
+)
 from ..common.spellings import GRAMMAR, LATE, MEAN, READOUTS, Readout, model_spellings
 from .lexical import TEXT_SYSTEMS_HELP
 
@@ -72,7 +79,7 @@ def longembed_parser() -> argparse.ArgumentParser:
         "LongEmbed's passkey and needle retrieval (Acc@1) against document length, rebuilt offline.",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(LONGEMBED))
-    parser.add_argument("--out", required=True, help="Folder for longembed.json and longembed.png.")
+    add_out_argument(parser, "Folder for longembed.json and longembed.png.")
     parser.add_argument("--tasks", nargs="+", choices=TASK_NAMES, default=list(TASK_NAMES))
     parser.add_argument(
         "--lengths",
@@ -85,12 +92,10 @@ def longembed_parser() -> argparse.ArgumentParser:
     parser.add_argument("--queries", type=positive_int, default=50, help="Queries per length (<= --documents).")
     parser.add_argument("--text", default=DEFAULT_TEXT, help="Plain text the needle task's documents are cut from.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the documents (needles, keys, positions).")
-    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    add_batch_tokens_argument(parser)
+    add_device_argument(parser)
     add_paired_arguments(parser, "system's Acc@1 minus REF's", "the queries")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="Start over instead of resuming an existing longembed.json."
-    )
+    add_overwrite_argument(parser, "Start over instead of resuming an existing longembed.json.")
     return parser
 
 
@@ -101,14 +106,12 @@ def sts_parser() -> argparse.ArgumentParser:
         "fine-tuning (sentence-transformers' evaluation of all-MiniLM-L6-v2).",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(STS))
-    parser.add_argument("--out", required=True, help="Folder for sts.json.")
+    add_out_argument(parser, "Folder for sts.json.")
     parser.add_argument("--data", default=DEFAULT_STS_DATA, help="GLUE's STS-B TSV (dev.tsv: the labelled split).")
-    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    add_batch_tokens_argument(parser)
+    add_device_argument(parser)
     add_paired_arguments(parser, "system's Spearman minus REF's", "the pairs")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="Score every system again instead of adding to an existing sts.json."
-    )
+    add_overwrite_argument(parser, "Score every system again instead of adding to an existing sts.json.")
     return parser
 
 
@@ -119,7 +122,7 @@ def qmsum_parser() -> argparse.ArgumentParser:
         "transcripts of 1.5k-37k tokens, rebuilt offline from QMSum's files.",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(QMSUM))
-    parser.add_argument("--out", required=True, help="Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
+    add_out_argument(parser, "Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
     add_qmsum_arguments(parser)
     add_corpus_arguments(parser)
     return parser
@@ -143,9 +146,7 @@ def passages_parser() -> argparse.ArgumentParser:
         "turns; windows read apart (chunk:) against windows pooled from the whole meeting's read (late chunking).",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(QMSUM_PASSAGES))
-    parser.add_argument(
-        "--out", required=True, help="Folder for qmsum-passages.json, .md, .png, and the embeddings and scores."
-    )
+    add_out_argument(parser, "Folder for qmsum-passages.json, .md, .png, and the embeddings and scores.")
     add_qmsum_arguments(parser)
     parser.add_argument(
         "--window-tokens",
@@ -174,7 +175,7 @@ def spans_parser() -> argparse.ArgumentParser:
         "to read long documents (QMSum is kept for evaluation).",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(SPANS))
-    parser.add_argument("--out", required=True, help="Folder for spans.json, spans.md, spans.png and embeddings.")
+    add_out_argument(parser, "Folder for spans.json, spans.md, spans.png and embeddings.")
     parser.add_argument(
         "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
     )
@@ -196,10 +197,10 @@ def add_corpus_arguments(
     """The options that every corpus-retrieval command (`qmsum`, `qmsum-passages`, `spans`) shares with their one
     runner; `cap` and `cap_help`: --max-tokens' default and help."""
     parser.add_argument("--max-tokens", type=positive_int, default=cap, help=f"{cap_help}.")
-    parser.add_argument("--batch-tokens", type=positive_int, default=8192, help="Tokens per forward pass.")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available).")
+    add_batch_tokens_argument(parser)
+    add_device_argument(parser)
     add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")
-    parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
+    add_overwrite_argument(parser)
 
 
 def encode_parser() -> argparse.ArgumentParser:
@@ -226,7 +227,7 @@ def add_encoding_arguments(parser: argparse.ArgumentParser, out_help: str) -> No
         "--input", required=True, help="A .jsonl file (one object a line) or a text file (one document a line)."
     )
     parser.add_argument("--text-field", default="text", help="The field holding a .jsonl object's text.")
-    parser.add_argument("--out", required=True, help=out_help)
+    add_out_argument(parser, out_help)
     parser.add_argument(
         "--devices",
         nargs="+",
@@ -235,4 +236,4 @@ def add_encoding_arguments(parser: argparse.ArgumentParser, out_help: str) -> No
     )
     parser.add_argument("--part-size", type=positive_int, default=64, help="Documents saved together.")
     parser.add_argument("--batch-size", type=positive_int, default=4, help="Documents per forward pass.")
-    parser.add_argument("--overwrite", action="store_true", help="Start over instead of resuming an existing run.")
+    add_overwrite_argument(parser)

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from scipy import stats
 
-from ..common.machine import machine, versions
+from ..common.machine import checked_device, machine, versions
 from ..common.paired import paired_interval
 from ..common.result_files import check_out_folder, resumable_record, write_record
 from ..errors import UsageError
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{args.data}: its longest sentence takes {longest} tokens, more than {spec.spec} reads (its position "
                 f"table holds {spec.table_length}); give the model as trunc:MODEL to cut sentences at its table."
             )
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = checked_device(args.device)
     settings = {
         "data": str(args.data),
         "data_sha256": hashlib.sha256(Path(args.data).read_bytes()).hexdigest(),

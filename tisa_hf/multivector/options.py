@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import positive_int
+from ..common.options import add_device_argument, positive_int
 from ..embeddings.options import add_encoding_arguments, new_parser
 from .compression import DTYPES
 
@@ -54,6 +54,6 @@ def search_parser() -> argparse.ArgumentParser:
         help="The index's MultiVectorEncoder folder where it has moved (default: the one index.json names); its "
         "weights and settings must be those the index was built with.",
     )
-    parser.add_argument("--device", help="Device the queries are encoded and scored on (default: cpu).")
+    add_device_argument(parser, "Device the queries are encoded and scored on (default: cpu).")
     parser.add_argument("--out", help="JSON file of the results (default: printed).")
     return parser

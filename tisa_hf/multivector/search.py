@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..common.machine import checked_device
 from ..common.result_files import write_record
 from ..common.sentence_models import require_sentence_transformers
 from ..embeddings.corpus import read_documents
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     require_sentence_transformers()
     from sentence_transformers import MultiVectorEncoder
 
-    device = torch.device(args.device or "cpu")
+    device = checked_device(args.device or "cpu")
     started = time.perf_counter()
     model = MultiVectorEncoder(str(model_folder), device=str(device))
     loaded = time.perf_counter()

@@ -17,7 +17,7 @@ import torch
 from ..attention import BANDED, STORED_BIAS, SdpaCall
 from ..attention.flex import flex_refusal, flex_refusal_for
 from ..attention.policy import DEFAULT_SDPA_POLICY
-from ..common.machine import machine
+from ..common.machine import checked_device, machine
 from ..fitting import thread_share
 from ..kernels import TisaPositionBias
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     from .options import env_parser
 
     args = env_parser().parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = checked_device(args.device)
     shape = Shape(args.layers, args.heads, args.head_dim)
     print("\n".join(describe_environment(device)))
     print(

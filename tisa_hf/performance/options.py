@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import dropout_rate, non_negative_int, positive_int
+from ..common.options import add_device_argument, dropout_rate, non_negative_int, positive_int
 
 BENCH_SECTIONS = ("bias", "train", "infer", "replace", "long")
 BENCH_DEFAULT_SECTIONS = ("bias", "train", "infer", "replace")
@@ -17,7 +17,7 @@ def env_parser() -> argparse.ArgumentParser:
         description="This machine (torch, device, CUDA, bf16, threads) and the attention route each TISA "
         "configuration takes on it, for training and inference at several input lengths.",
     )
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    add_device_argument(parser)
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512, 2048, 8192], help="input lengths")
     parser.add_argument("--layers", type=int, default=12, help="layers of the model (default 12: BERT base)")
     parser.add_argument("--heads", type=int, default=12, help="attention heads (default 12)")
@@ -29,7 +29,7 @@ def bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tisa-hf bench", description="Speed and memory of TISA against plain attention."
     )
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    add_device_argument(parser)
     parser.add_argument(
         "--sections",
         nargs="+",

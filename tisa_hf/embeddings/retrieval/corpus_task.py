@@ -37,7 +37,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
-from ...common.machine import machine, versions
+from ...common.machine import checked_device, machine, versions
 from ...common.paired import paired_per_query
 from ...common.result_files import SCORES_FOLDER, check_out_folder, file_name, resumable_record, write_record
 from ...common.tables import markdown_table, paired_cell
@@ -218,7 +218,7 @@ class CorpusRetrieval:
         """Measures every pending system and writes the record, tables and plot; returns the record."""
         record, out, kind, args = self.record, self.out, self.kind, self.args
         out.mkdir(parents=True, exist_ok=True)
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = checked_device(args.device)
         record.update(versions=versions(), machine=machine(device))
         write_record(record, out / kind.results_file)  # the settings, before the first system (its embeddings resume)
         names = [judged.cell.name for judged in self.cells]

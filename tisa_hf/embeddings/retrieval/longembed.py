@@ -29,12 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from ...common.machine import machine, versions
+from ...common.machine import checked_device, machine, versions
 from ...common.paired import paired_per_query
 from ...common.result_files import (
     check_out_folder,
@@ -284,7 +283,7 @@ class LongEmbedRetrieval:
         """Measures every pending cell and writes the record, tables and plot; returns the record."""
         record, out, args = self.record, self.out, self.args
         out.mkdir(parents=True, exist_ok=True)
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = checked_device(args.device)
         here = machine(device)  # the record's last writer; each cell names its own, since a resumed run may move
         record.update(versions=versions(), machine=here)
         lengths = record["settings"]["lengths"]
