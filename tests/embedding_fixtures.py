@@ -72,12 +72,12 @@ def parse_systems_then_options(parser, defaults: list[str], systems_and_options:
 def stop_after_the_first_part(monkeypatch) -> None:
     """From now on, a corpus run in parts (`tisa-hf encode`, `tisa-hf index`) stops with KeyboardInterrupt as soon
     as its first part is saved and counted; `monkeypatch.undo()` or a new setattr restores it."""
-    from tisa_hf.embeddings import corpus
+    from tisa_hf.embeddings import encode
 
-    add_part = corpus.PartState.add_part
+    add_part = encode.PartState.add_part
 
     def stopped(self, *args):
         add_part(self, *args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(corpus.PartState, "add_part", stopped)
+    monkeypatch.setattr(encode.PartState, "add_part", stopped)

@@ -13,7 +13,7 @@ import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, tiny_config
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
-from tisa_hf.performance import environment_report as routes
+from tisa_hf.performance import env as routes
 
 CPU = torch.device("cpu")
 SHAPE = routes.Shape(layers=3, heads=4, head_dim=8)  # tiny_config's encoder

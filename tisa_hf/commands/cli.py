@@ -109,7 +109,7 @@ COMMANDS: dict[str, Command] = {
         "Passages of WikiText articles find their article (development task of long reading), by passage depth.",
     ),
     "encode": Command(
-        "tisa_hf.embeddings.corpus",
+        "tisa_hf.embeddings.encode",
         "tisa_hf.embeddings.options:encode_parser",
         "Embed a corpus of long documents (resumable; several processes or GPUs).",
     ),
@@ -139,7 +139,7 @@ COMMANDS: dict[str, Command] = {
         "Speed and memory of TISA against plain attention.",
     ),
     "env": Command(
-        "tisa_hf.performance.environment_report",
+        "tisa_hf.performance.env",
         "tisa_hf.performance.options:env_parser",
         "This machine and the attention route each TISA configuration takes on it.",
     ),

@@ -1,7 +1,7 @@
 """`tisa-hf index`: a corpus to a token-vector index, read by a `MultiVectorEncoder` (`encoder.py`), for
 `tisa-hf search`.
 
-The corpus is read as `tisa-hf encode` reads it (`embeddings/corpus.py`: a JSON Lines file, the text under
+The corpus is read as `tisa-hf encode` reads it (`embeddings/encode.py`: a JSON Lines file, the text under
 --text-field, or a text file, one document a line) and encoded in parts of --part-size documents by
 sentence-transformers' `encode_document`, on one device or with several --devices through its multi-process pool.
 Each part becomes a shard of token vectors (`index_folder.py`; fp16, or int8 with --dtype int8: `compression.py`)
@@ -22,7 +22,7 @@ import numpy as np
 
 from ..common.result_files import check_out_folder, check_writable, save_array
 from ..common.sentence_models import require_sentence_transformers
-from ..embeddings.corpus import PartState, encode_in_parts, input_digest, read_documents, run_devices
+from ..embeddings.encode import PartState, encode_in_parts, input_digest, read_documents, run_devices
 from ..embeddings.lexical import bm25_index
 from .compression import bytes_per_token, compress
 from .index_folder import (

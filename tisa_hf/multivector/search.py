@@ -26,7 +26,7 @@ import torch
 from ..common.machine import checked_device
 from ..common.result_files import write_record
 from ..common.sentence_models import require_sentence_transformers
-from ..embeddings.corpus import read_documents
+from ..embeddings.encode import read_documents
 from ..embeddings.lexical import query_scores
 from ..embeddings.retrieval.ranking import LateInteraction
 from ..errors import UsageError
