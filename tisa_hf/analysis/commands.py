@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..common.result_files import METRICS_FILE
 from ..common.saved_files import check_output_folder
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .encoder_loading import load_model, load_tokenizer
@@ -43,7 +44,7 @@ def analyze(argv: list[str]) -> int:
     figures = save_figures(result, out)
     write_metrics(result, out)
     report = write_html(result, figures, out)
-    print(f"Wrote {report}, {out / 'metrics.json'} and {len(figures)} figures.")
+    print(f"Wrote {report}, {out / METRICS_FILE} and {len(figures)} figures.")
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..common.result_files import METRICS_FILE
 from ..errors import UsageError
 from .pipeline import key_numbers
 
@@ -22,7 +23,7 @@ def saved_report(path: str) -> dict | None:
     A folder holding config.json is a model, whatever else it holds: a fine-tuning run folder keeps its training
     metrics.json next to the model. A folder with a metrics.json but no model must be a report."""
     folder = Path(path)
-    metrics_file = folder / "metrics.json"
+    metrics_file = folder / METRICS_FILE
     if (folder / "config.json").is_file() or not metrics_file.is_file():
         return None
     metrics = json.loads(metrics_file.read_text(encoding="utf-8"))

@@ -7,6 +7,7 @@ import html
 import json
 from pathlib import Path
 
+from ..common.result_files import METRICS_FILE
 from ..profiles import DEFAULT_PROFILE_LENGTH
 from .pipeline import AnalysisResult
 from .plots import PROBING_PERCENTILE
@@ -36,7 +37,7 @@ STYLE = (
 
 
 def write_metrics(result: AnalysisResult, directory: Path) -> Path:
-    path = directory / "metrics.json"
+    path = directory / METRICS_FILE
     path.write_text(json.dumps(result.metrics, indent=1) + "\n", encoding="utf-8")
     return path
 

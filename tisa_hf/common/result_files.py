@@ -34,6 +34,9 @@ from ..errors import UsageError
 
 logger = logging.getLogger(__name__)
 
+# The record of a finished run or report, by the same name in a fine-tuning run folder and an analysis report
+# folder (`tisa-hf compare` tells them apart by the model a run folder also holds)
+METRICS_FILE = "metrics.json"
 PROGRESS_FILE = "lm_eval_progress.json"
 SCORES_FOLDER = "scores"
 # A cell's per-block sums per measure (None: not measurable there).

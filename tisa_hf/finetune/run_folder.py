@@ -30,12 +30,12 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
+from ..common.result_files import METRICS_FILE
 from ..errors import UsageError
 from .finite import finite_json
 
 logger = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.json"
 RUN_CONFIG_FILE = "run_config.yaml"
 PREDICTIONS_FILE = "predictions.json"
 CHECKPOINTS_DIR = "checkpoints"
