@@ -120,9 +120,11 @@ def test_an_interrupted_run_resumes_to_encode_documents_embeddings_and_a_finishe
 
     saved = {file.name: file.stat().st_mtime_ns for file in (out / "parts").iterdir()}
     assert sorted(saved) == [f"{part:05d}.npy" for part in range(PARTS)]
-    again = cluster.run(*argv)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert len(saved_parts(hooks)) == 2  # no actor saved anything in the third run
+    import ray
+
+    address = argv.index("--ray-address")
+    assert encode(argv[1:address] + argv[address + 2 :]) == 0  # here, where a cluster would start on this machine
+    assert not ray.is_initialized()  # none did: nothing was left to embed
     assert {file.name: file.stat().st_mtime_ns for file in (out / "parts").iterdir()} == saved
     assert len(json.loads((out / "encode.json").read_text())["ray_runs"]) == 2
 
