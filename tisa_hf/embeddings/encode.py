@@ -3,7 +3,8 @@
 Documents come from a JSON Lines file (one object a line, the text under --text-field) or a plain-text file (one
 document a line). They are embedded in parts of --part-size documents through sentence-transformers' own
 `encode_document`: on one device, or with several --devices through its multi-process pool, which ships the
-model to each worker (a TISA model pickles like any transformers model; the worker's unpickling imports tisa_hf).
+model to each worker (a TISA model pickles like any transformers model; the worker's unpickling imports tisa_hf),
+or with --engine ray by the actors of a Ray cluster (`ray_parts.py`).
 Each finished part is saved at once and named in the state file, so a killed run resumes at the next part; a
 rerun over another input, model or reading length is refused unless --overwrite.
 
@@ -16,6 +17,7 @@ were cut (sentence-transformers truncates without a word; this says how many), t
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -36,6 +38,7 @@ from ..errors import UsageError
 from ..packaged import resolve_model
 from ..patching import model_table_length, tisa_config_of
 from .options import encode_parser
+from .ray_cluster import check_engine
 
 logger = logging.getLogger(__name__)
 
@@ -159,9 +162,14 @@ def encode_in_parts(
     limit: int,
     keep: Callable[[int, Any], None],
 ) -> None:
-    """Encodes `documents` by `model.encode_document` in parts of --part-size (--batch-size a forward pass), on
-    `args.devices` (several: sentence-transformers' multi-process pool), skipping the parts `state` has done;
+    """Encodes `documents` by `embed_part` in parts of --part-size, on `args.devices` (several: sentence-transformers'
+    multi-process pool) or, with --engine ray, on a Ray cluster's actors, skipping the parts `state` has done;
     `keep(part, encoded)` saves each part as it finishes, then `state` counts it (the tokens read up to `limit`)."""
+    work = functools.partial(embed_part, batch_size=args.batch_size, limit=limit)
+    if args.engine == "ray":  # the same parts, each embedded by `work` in an actor of a Ray cluster
+        from .ray_parts import encode_parts_on_ray
+
+        return encode_parts_on_ray(model, documents, args, state, work, keep)
     devices = run_devices(args)
     starts = range(0, len(documents), args.part_size)
     pool = model.start_multi_process_pool(devices) if len(devices) > 1 else None
@@ -170,14 +178,9 @@ def encode_in_parts(
             if part < state.record["parts"]:
                 continue
             texts = documents[start : start + args.part_size]
-            lengths = read_lengths(model.tokenizer, texts)
-            started = time.perf_counter()
-            encoded = model.encode_document(
-                texts, batch_size=args.batch_size, pool=pool, convert_to_numpy=True, show_progress_bar=False
-            )
-            elapsed = time.perf_counter() - started
+            encoded, tokens_read, documents_cut, elapsed = work(model, texts, pool=pool)
             keep(part, encoded)
-            state.add_part(len(texts), sum(min(n, limit) for n in lengths), sum(n > limit for n in lengths), elapsed)
+            state.add_part(len(texts), tokens_read, documents_cut, elapsed)
             logger.info(
                 "part %d/%d: %d/%d documents, %.2f documents a second, %.0f tokens a second",
                 part + 1, len(starts), state.record["documents"], len(documents),
@@ -188,12 +191,29 @@ def encode_in_parts(
             model.stop_multi_process_pool(pool)
 
 
+def embed_part(
+    model: Any, texts: list[str], batch_size: int, limit: int, pool: dict[str, Any] | None = None
+) -> tuple[Any, int, int, float]:
+    """`texts` encoded by `model.encode_document` (`batch_size` a forward pass, in `pool` where given), the tokens
+    read (up to `limit` a document), the documents cut there, and the seconds the encoding took."""
+    lengths = read_lengths(model.tokenizer, texts)
+    started = time.perf_counter()
+    encoded = model.encode_document(
+        texts, batch_size=batch_size, pool=pool, convert_to_numpy=True, show_progress_bar=False
+    )
+    elapsed = time.perf_counter() - started
+    return encoded, sum(min(n, limit) for n in lengths), sum(n > limit for n in lengths), elapsed
+
+
 def run_devices(args: argparse.Namespace) -> list[str]:
+    if args.engine == "ray":
+        return ["cpu"]  # this process's copy of the model, which each actor takes to its own device
     return args.devices or ["cuda" if torch.cuda.is_available() else "cpu"]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_out_folder(args.out)
+    check_engine(args)
     out = Path(args.out)
     documents = read_documents(args.input, args.text_field)
     settings = {

@@ -24,6 +24,7 @@ DEFAULT_PASSAGES_CAP = 40960  # above the longest meeting (36,718 tokens of Mini
 DEFAULT_WINDOW_TOKENS = 256
 DEFAULT_LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TASK_NAMES = ("passkey", "needle")
+ENGINES = ("local", "ray")  # where `tisa-hf encode` and `tisa-hf index` embed their parts
 LONGEMBED, QMSUM, SPANS, STS = "tisa-hf longembed", "tisa-hf qmsum", "tisa-hf spans", "tisa-hf sts"
 QMSUM_PASSAGES = "tisa-hf qmsum-passages"
 # The read-outs each command takes (`common/spellings.py`); the retrieval commands over whole documents take every
@@ -237,3 +238,47 @@ def add_encoding_arguments(parser: argparse.ArgumentParser, out_help: str) -> No
     parser.add_argument("--part-size", type=positive_int, default=64, help="Documents saved together.")
     parser.add_argument("--batch-size", type=positive_int, default=4, help="Documents per forward pass.")
     add_overwrite_argument(parser)
+    add_engine_arguments(parser)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """--engine and the options of its Ray engine (`ray_cluster.py`, `ray_parts.py`); the Ray options default to
+    None, so that one given without --engine ray is refused rather than ignored."""
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=ENGINES[0],
+        help="local: this machine (one device, or --devices' processes); ray: the actors of a Ray cluster, one copy "
+        'of the model each (pip install "tisa-hf[ray]"), writing their parts into --out, which every node must see.',
+    )
+    parser.add_argument(
+        "--ray-address",
+        help="The cluster of --engine ray: HOST:PORT of its head (ray start --head), ray://HOST:PORT (Ray Client) or "
+        "auto (the cluster this machine belongs to); default: a cluster started on this machine for the run.",
+    )
+    parser.add_argument(
+        "--actors",
+        type=positive_int,
+        help="Copies of the model embedding parts at once (default: as many as the cluster's CPUs or GPUs hold).",
+    )
+    parser.add_argument(
+        "--actor-cpus",
+        type=resource_amount,
+        help="CPUs an actor holds, and torch's threads in it (default: 1).",
+    )
+    parser.add_argument(
+        "--actor-gpus",
+        type=resource_amount,
+        help="GPUs an actor holds, a fraction to share one (default: 1 where the cluster has GPUs, else 0).",
+    )
+
+
+def resource_amount(text: str) -> float:
+    """An argparse type: an amount of a Ray resource, a number of at least 0 (a fraction shares the unit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value

@@ -3,7 +3,8 @@
 
 The corpus is read as `tisa-hf encode` reads it (`embeddings/encode.py`: a JSON Lines file, the text under
 --text-field, or a text file, one document a line) and encoded in parts of --part-size documents by
-sentence-transformers' `encode_document`, on one device or with several --devices through its multi-process pool.
+sentence-transformers' `encode_document`, on one device, with several --devices through its multi-process pool, or
+with --engine ray by the actors of a Ray cluster (`embeddings/ray_parts.py`).
 Each part becomes a shard of token vectors (`index_folder.py`; fp16, or int8 with --dtype int8: `compression.py`)
 as soon as it is encoded, and is named in `index.json`, so a killed run resumes at its next part; a rerun over
 another input, model (its weights and settings, fingerprinted), part size or --dtype is refused in one line unless
@@ -24,6 +25,7 @@ from ..common.result_files import check_out_folder, check_writable, save_array
 from ..common.sentence_models import require_sentence_transformers
 from ..embeddings.encode import PartState, encode_in_parts, input_digest, read_documents, run_devices
 from ..embeddings.lexical import bm25_index
+from ..embeddings.ray_cluster import check_engine
 from .compression import bytes_per_token, compress
 from .index_folder import (
     BM25_FOLDER,
@@ -41,6 +43,7 @@ from .options import index_parser
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_out_folder(args.out)
+    check_engine(args)
     out = Path(args.out)
     model_folder = check_multi_vector_folder(args.model)
     documents = read_documents(args.input, args.text_field)
