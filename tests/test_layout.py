@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "tisa_hf",
         "tisa_hf.adapters",
+        "tisa_hf.attaching",
         "tisa_hf.attention",
         "tisa_hf.config",
         "tisa_hf.counting",

@@ -11,15 +11,15 @@ from transformers import AutoModel, AutoModelForSequenceClassification, GPT2Conf
 
 import tisa_hf
 from tests.fixtures import tiny_config
-from tisa_hf import patching
+from tisa_hf import attaching
 
 
 def forbid_fitting(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the kernels were refitted")
 
-    monkeypatch.setattr(patching, "fit_kernels", refuse)
-    monkeypatch.setattr(patching, "extract_positional_profiles", refuse)
+    monkeypatch.setattr(attaching, "fit_kernels", refuse)
+    monkeypatch.setattr(attaching, "extract_positional_profiles", refuse)
 
 
 def test_save_and_reload_restores_tisa_without_refitting(model_type, tmp_path, monkeypatch):

@@ -63,7 +63,7 @@ class TisaPositionBias(nn.Module):
     `load_state_dict`, `.to`), as long as all layers' biases together fit in `cache_limit_bytes`; longer
     inputs build the bias on every call instead.
 
-    Between `begin_forward` and `end_forward` (the encoder's forward, `patching.OffsetTablesPerForward`) the
+    Between `begin_forward` and `end_forward` (the encoder's forward, `attaching.OffsetTablesPerForward`) the
     layers' offset values come from one evaluation of every layer's kernels (`layer_tables`), made when the first
     layer asks: a handful of operator calls (and kernel launches) for the whole model instead of about twenty a
     layer, and one backward through the kernels. The values are bit for bit those of one layer's evaluation:

@@ -17,6 +17,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, errors
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
+from ..attaching import tisa_config_of
 from ..common.checkpoints import reads_any_length
 from ..common.hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..common.model_cards import (
@@ -36,7 +37,6 @@ from ..common.sentence_models import sentence_reading_length
 from ..counting import PositionalParameterCount, count_positional_parameters
 from ..errors import UsageError
 from ..model_configs import plain_model_config
-from ..patching import tisa_config_of
 from .push_options import push_parser
 from .run_folder import DOCUMENTS_KEY, METRICS_FILE, RunFolder
 

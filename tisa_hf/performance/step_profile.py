@@ -29,7 +29,7 @@ from .. import attention
 from ..attention import logits
 from ..config import TisaConfig
 from ..kernels import TisaPositionBias
-from ..modeling import patch
+from ..patching import patch
 from .cases import TISA_KERNELS, ModelCase, bert_base_config, step_function, synchronize
 
 BIAS, ATTENTION = "tisa: bias", "tisa: attention"
