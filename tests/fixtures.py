@@ -27,8 +27,9 @@ from transformers import (
 )
 
 import tisa_hf.attention as attention
+from tisa_hf import supported_model_types
 
-MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
+MODEL_TYPES = supported_model_types()  # every one needs its case in `tiny_config`
 TINY = dict(
     vocab_size=99,
     hidden_size=32,

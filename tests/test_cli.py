@@ -50,7 +50,7 @@ def test_command_list_names_every_command_without_heavy_imports():
 def test_fast_help_is_the_commands_own_help(command, capsys):
     """The command module's main, run with tisa_hf imported in full, prints the same help."""
     with pytest.raises(SystemExit) as stop:
-        cli._load(cli.COMMANDS[command].run)(["--help"])
+        cli.load(cli.COMMANDS[command].run)(["--help"])
     assert stop.value.code == 0
     completed, _ = front([command, "--help"])
     assert capsys.readouterr().out == completed.stdout

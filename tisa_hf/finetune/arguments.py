@@ -40,8 +40,8 @@ class ModelArguments:
     model: str = field(
         default="albert-base-v2",
         metadata={
-            "help": "Hub id or local folder of a BERT, RoBERTa, ALBERT, ELECTRA, XLM-RoBERTa or DistilBERT "
-            "checkpoint; 'minilm' is the packaged all-MiniLM-L6-v2."
+            "help": "Hub id or local folder of a checkpoint of an encoder TISA supports "
+            "(tisa_hf.supported_model_types()); 'minilm' is the packaged all-MiniLM-L6-v2."
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer id or folder (default: the model's)."})
