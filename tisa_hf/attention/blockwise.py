@@ -49,10 +49,10 @@ class ToeplitzBias:
         blocks of `block` rows.
 
         The rows of block b are those of block 0 shifted b * block columns to the right, so every block is a column
-        window of one contiguous band F'[p, m] = f(m - (blocks - 1) * block - p) of `block` rows, built once. Built per
-        block instead, each block's rows were a fresh allocation whose copy (a flip of an overlapping view) came out
-        column-major, which made the fused CPU attention kernel two to three times slower than with a row-major mask.
-        Offsets below -(n-1) occur only in band entries no block reads (zero padding)."""
+        window of one contiguous band F'[p, m] = f(m - (blocks - 1) * block - p) of `block` rows, built once: a
+        row-major mask, on which the fused CPU attention kernel runs at full speed, where a copy per block (a flip of
+        an overlapping view) comes out column-major (docs/performance.md). Offsets below -(n-1) occur only in band
+        entries no block reads (zero padding)."""
         length, blocks = self.length, -(-self.length // block)
         padding = blocks * block - length
         padded = torch.nn.functional.pad(self.values, (padding, 0))

@@ -1,7 +1,7 @@
 """`tisa-hf bench --profile`: where one training and one inference step of a BERT-shaped model spend their operator
 calls and time, with and without TISA, under `torch.profiler`.
 
-GPU kernel launches bound TISA's cost on a GPU at BERT-base sizes (steps of 30-50 ms), so the number of operator
+GPU kernel launches bound TISA's cost on a GPU at BERT-base sizes (docs/performance.md), so the number of operator
 calls is the proxy for that cost that a CPU can measure; on CUDA the GPU kernel launches and their time come too. The
 calls counted are top-level ATen calls (an `aten::` event inside no other `aten::` event): the operators Python
 dispatches, each one or more GPU kernel launches.
