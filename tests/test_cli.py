@@ -97,10 +97,18 @@ USAGE_MISTAKES = {
         ["demo", "--kernels", "-3"],
         "tisa-hf demo: argument --kernels: must be at least 0, got -3; see tisa-hf demo --help.",
     ),
-    "typed option of a dataclass command": (
+    "typed option of a dataclass command, named as typed": (
         ["glue", "--tisa.num_kernels", "abc"],
+        "tisa-hf glue: argument --tisa.num_kernels: invalid int value: 'abc'; see tisa-hf glue --help.",
+    ),
+    "typed option of a dataclass command, in its other spellings": (
+        ["glue", "--tisa-num-kernels", "abc"],
         "tisa-hf glue: argument --tisa_num_kernels/--tisa-num-kernels: invalid int value: 'abc'; "
         "see tisa-hf glue --help.",
+    ),
+    "unknown dotted option, named as typed": (
+        ["glue", "--tisa.nonsense=3"],
+        "tisa-hf glue: unrecognized arguments: --tisa.nonsense=3; see tisa-hf glue --help.",
     ),
     "unknown option of a dataclass command": (
         ["adapt", "--bogus", "5"],
