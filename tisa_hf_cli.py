@@ -3,7 +3,7 @@ torch.
 
 Importing `tisa_hf` registers TISA's model types and attention functions with transformers, which imports torch
 and transformers' model code: seconds before anything prints. A command's help and the checks of its options
-need only its parser, which lives in light modules (`tisa_hf.commands.cli.Command.options`), so this front imports
+need only its parser, which lives in light modules (`tisa_hf.commands.registry.Command.options`), so this front imports
 `tisa_hf.commands.cli` under a bare `tisa_hf` package module whose `__init__` has not run: the command list, a help
 request and a command line the options refuse are answered from there, and the process exits without a TISA
 model. A command whose options parse has the package's `__init__` run in that same module first, so it runs

@@ -36,12 +36,12 @@ from transformers import DataCollatorWithPadding, Trainer, set_seed
 import tisa_hf
 from tisa_hf.common.machine import versions
 from tisa_hf.finetune.arguments import parse_arguments, resolved_config
-from tisa_hf.finetune.glue.data import get_task
 from tisa_hf.finetune.glue.metrics import glue_metrics
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.glue.task import load_model, load_task_data, tokenize
 from tisa_hf.finetune.preflight import RunPlan, model_sources
 from tisa_hf.finetune.run_folder import RESUME_SAFE_SETTINGS, RunFolder
+from tisa_hf.finetune.task_tables import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -38,9 +38,9 @@ from check_against_trainer import (
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from tisa_hf.finetune.glue.data import get_task
 from tisa_hf.finetune.glue.task import load_model, load_task_data
 from tisa_hf.finetune.preflight import RunPlan, model_sources
+from tisa_hf.finetune.task_tables import get_task
 from tisa_hf.finetune.trainer import resolve_schedule
 
 HEADS = ("pooler", "mean")

@@ -18,9 +18,9 @@ from matplotlib.figure import Figure
 from transformers import AutoModel
 
 import tisa_hf
+from tisa_hf.attaching import tisa_bias_module
 from tisa_hf.finetune.push import load_run_model, read_run_metrics
 from tisa_hf.packaged import resolve_model
-from tisa_hf.patching import tisa_bias_module
 
 
 def scoring_functions(model: torch.nn.Module, offsets: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,8 @@ import tisa_hf  # noqa: F401  (TISA checkpoints load patched)
 from tisa_hf.common.machine import machine, versions
 from tisa_hf.common.options import positive_int
 from tisa_hf.common.paired import paired_difference
-from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.data import load_glue
+from tisa_hf.finetune.task_tables import get_task
 from tisa_hf.packaged import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]

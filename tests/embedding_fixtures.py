@@ -8,7 +8,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertModel, BertTokenizerFast
+
+from tests.fixtures import tiny_config
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["the", "is", "pass", "key", "what", "for", "grass", "green", "sky", "blue", "sun", "yellow"]
@@ -23,15 +25,8 @@ def tiny_tokenizer() -> BertTokenizerFast:
 def write_tiny_encoder(folder: Path, positions: int = 32, seed: int = 0) -> Path:
     """A random 2-layer BERT (hidden 32, 4 heads, `positions` table rows) and its tokenizer, saved."""
     torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=positions,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+    config = tiny_config(
+        "bert", vocab_size=len(VOCAB), num_hidden_layers=2, intermediate_size=64, max_position_embeddings=positions
     )
     folder.mkdir(parents=True, exist_ok=True)
     BertModel(config).save_pretrained(folder)

@@ -27,18 +27,23 @@ from transformers import (
 )
 
 import tisa_hf.attention as attention
+from tisa_hf import supported_model_types
 
-MODEL_TYPES = ["bert", "roberta", "albert", "electra", "xlm-roberta", "distilbert"]
-TINY = dict(
+MODEL_TYPES = supported_model_types()  # every one needs its case in `tiny_config`
+# The tests' encoder sizes, in this one place: `tiny_config` builds every architecture from them, and each test
+# changes only what it is about (layers, positions, ...) by overrides.
+TINY_SIZES = dict(
     vocab_size=99,
     hidden_size=32,
     num_hidden_layers=3,
     num_attention_heads=4,
     intermediate_size=37,
     max_position_embeddings=40,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
 )
+TINY = dict(**TINY_SIZES, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+# A 2-layer encoder that the packaged MiniLM's tokenizer (BERT's word pieces) can feed: for saved models that are
+# analysed, plotted or carded with that tokenizer.
+WORD_PIECE_SIZES = dict(vocab_size=30522, num_hidden_layers=2, intermediate_size=64)
 WORDS = [f"w{index}" for index in range(40)]
 
 

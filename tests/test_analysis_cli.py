@@ -256,6 +256,20 @@ def test_unreachable_hub_is_one_line(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_finished_report_is_refused_before_the_model_loads_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.html").write_text("<html></html>")
+    missing = str(tmp_path / "missing")  # would be refused next: the report is checked first
+    assert analyze([missing, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"tisa-hf analyze: --out {out} holds a finished report (report.html); choose another --out or pass --overwrite."
+    )
+    assert analyze([missing, "--out", str(out), "--overwrite"]) == 2
+    assert "holds a finished report" not in capsys.readouterr().err
+    assert not (out / "report.html").exists()
+
+
 def test_a_folder_without_config_json_is_named_as_such(tmp_path, capsys):
     """Not transformers' "should have a model_type key in its config.json" of a config.json that is not there."""
     folder = tmp_path / "notamodel"

@@ -12,7 +12,7 @@ from matplotlib.text import Text
 from transformers import AutoTokenizer, BertModel
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import WORD_PIECE_SIZES, tiny_config
 from tisa_hf.analysis import AnalysisOptions, analyze_model, save_figures, write_html
 from tisa_hf.analysis.html_report import NEGATIVE_R2_NOTE, STYLE
 from tisa_hf.analysis.plots import (
@@ -32,9 +32,7 @@ MINILM = os.path.join(os.path.dirname(minilm.__file__), "model")
 
 def tiny_bert(tisa=None) -> BertModel:
     torch.manual_seed(0)
-    config = tiny_config(
-        "bert", vocab_size=30522, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=200
-    )
+    config = tiny_config("bert", **WORD_PIECE_SIZES, max_position_embeddings=200)
     model = BertModel(config)
     return tisa_hf.patch(model, tisa) if tisa else model
 

@@ -50,7 +50,7 @@ def test_command_list_names_every_command_without_heavy_imports():
 def test_fast_help_is_the_commands_own_help(command, capsys):
     """The command module's main, run with tisa_hf imported in full, prints the same help."""
     with pytest.raises(SystemExit) as stop:
-        cli._load(cli.COMMANDS[command].run)(["--help"])
+        cli.load(cli.COMMANDS[command].run)(["--help"])
     assert stop.value.code == 0
     completed, _ = front([command, "--help"])
     assert capsys.readouterr().out == completed.stdout
@@ -97,10 +97,18 @@ USAGE_MISTAKES = {
         ["demo", "--kernels", "-3"],
         "tisa-hf demo: argument --kernels: must be at least 0, got -3; see tisa-hf demo --help.",
     ),
-    "typed option of a dataclass command": (
+    "typed option of a dataclass command, named as typed": (
         ["glue", "--tisa.num_kernels", "abc"],
+        "tisa-hf glue: argument --tisa.num_kernels: invalid int value: 'abc'; see tisa-hf glue --help.",
+    ),
+    "typed option of a dataclass command, in its other spellings": (
+        ["glue", "--tisa-num-kernels", "abc"],
         "tisa-hf glue: argument --tisa_num_kernels/--tisa-num-kernels: invalid int value: 'abc'; "
         "see tisa-hf glue --help.",
+    ),
+    "unknown dotted option, named as typed": (
+        ["glue", "--tisa.nonsense=3"],
+        "tisa-hf glue: unrecognized arguments: --tisa.nonsense=3; see tisa-hf glue --help.",
     ),
     "unknown option of a dataclass command": (
         ["adapt", "--bogus", "5"],

@@ -1,8 +1,9 @@
 import datasets
 import numpy as np
 import pytest
-from transformers import BertConfig, BertTokenizerFast, RobertaConfig
+from transformers import BertTokenizerFast
 
+from tests.fixtures import tiny_config
 from tisa_hf import TisaConfig, tisa_model_config
 from tisa_hf.common.checkpoints import check_sequence_length
 from tisa_hf.errors import UsageError
@@ -62,7 +63,7 @@ def test_tokenized_splits_hold_model_inputs_and_say_what_was_cut(tokenizer):
 
 
 def test_lengths_beyond_the_position_table_need_replace_mode():
-    config = BertConfig(max_position_embeddings=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4)
+    config = tiny_config("bert", num_hidden_layers=1, max_position_embeddings=64)
     check_sequence_length(config, 64)
     with pytest.raises(UsageError) as caught:
         check_sequence_length(config, 65, name="tiny")
@@ -77,7 +78,7 @@ def test_lengths_beyond_the_position_table_need_replace_mode():
     check_sequence_length(replace_checkpoint, 4096)
     with pytest.raises(UsageError, match=r"keeps it"):
         check_sequence_length(replace_checkpoint, 4096, TisaConfig(num_kernels=2, mode="add"))
-    roberta = RobertaConfig(max_position_embeddings=42, pad_token_id=1, hidden_size=32, num_attention_heads=4)
+    roberta = tiny_config("roberta")  # 42 rows, 2 of them before the first position
     with pytest.raises(UsageError, match=r"exceeds the position table of the model, 40 positions"):
         check_sequence_length(roberta, 41)
 

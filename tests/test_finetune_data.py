@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.data import load_glue
+from tisa_hf.finetune.task_tables import get_task
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "glue"
 

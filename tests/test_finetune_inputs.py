@@ -21,9 +21,10 @@ from tisa_hf.finetune import precision
 from tisa_hf.finetune.arguments import TrainingArguments, parse_arguments
 from tisa_hf.finetune.finite import TrainingDiverged, check_finite_step, finite_json
 from tisa_hf.finetune.glue import task as glue_module
-from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.data import load_glue
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.precision import check_mixed_precision
+from tisa_hf.finetune.task_tables import get_task
 
 glue = cli.entry("glue")  # `tisa-hf glue`
 

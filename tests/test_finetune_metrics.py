@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from tisa_hf.finetune.glue.data import TASKS
 from tisa_hf.finetune.glue.metrics import METRICS, glue_metric, glue_metrics
+from tisa_hf.finetune.task_tables import TASKS
 
 PREDICTIONS = np.array([1, 1, 0, 0, 1])
 LABELS = np.array([1, 0, 0, 1, 1])  # TP 2, TN 1, FP 1, FN 1

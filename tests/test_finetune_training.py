@@ -27,11 +27,12 @@ from tisa_hf.common.machine import processor_name
 from tisa_hf.finetune import trainer
 from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.glue import task as glue
-from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.data import load_glue
 from tisa_hf.finetune.glue.metrics import glue_metrics
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.glue.task import run
 from tisa_hf.finetune.predictions import read_predictions
+from tisa_hf.finetune.task_tables import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 

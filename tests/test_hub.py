@@ -15,7 +15,7 @@ from PIL import Image
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import TINY, WORD_PIECE_SIZES, tiny_config
 from tisa_hf.commands import cli
 from tisa_hf.errors import UsageError
 from tisa_hf.finetune import push
@@ -24,22 +24,14 @@ from tisa_hf.packaged import MINILM_HUB_ID
 push_main = cli.entry("push")  # `tisa-hf push`
 
 MINILM = tisa_hf.minilm_path()
-LAYERS, HEADS, HIDDEN, POSITIONS, KERNELS = 2, 4, 32, 64, 3
+LAYERS, HEADS, HIDDEN = WORD_PIECE_SIZES["num_hidden_layers"], TINY["num_attention_heads"], TINY["hidden_size"]
+POSITIONS, KERNELS = 64, 3
 METRICS = {"accuracy": 0.6823104693140795, "f1": 0.7012, "loss": 0.61}
 
 
 def _tiny_bert(tisa):
     torch.manual_seed(0)
-    config = tiny_config(
-        "bert",
-        vocab_size=30522,
-        hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        intermediate_size=64,
-        max_position_embeddings=POSITIONS,
-        num_labels=2,
-    )
+    config = tiny_config("bert", **WORD_PIECE_SIZES, max_position_embeddings=POSITIONS, num_labels=2)
     model = BertForSequenceClassification(config)
     return tisa_hf.patch(model, tisa) if tisa else model
 

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoModelForSequenceClassification
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import TINY_SIZES, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,8 +57,7 @@ def test_tisa_checkpoints_load_whatever_is_imported_first(imports, tisa_checkpoi
 def test_patch_works_when_only_model_code_was_imported():
     code = (
         "import tisa_hf\nfrom transformers.models.bert.modeling_bert import BertConfig, BertModel\n"
-        "model = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,"
-        " intermediate_size=37))\n"
+        f"model = BertModel(BertConfig(**{TINY_SIZES!r}))\n"
         "tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=2, init='random'))\n"
         "print(type(model).__name__, model.config.model_type, model.config._attn_implementation)"
     )

@@ -9,6 +9,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from tisa_hf.commands.registry import COMMANDS
+
 PACKAGE = Path(__file__).resolve().parents[1] / "tisa_hf"
 MAX_FOLDER_MODULES = 15
 
@@ -19,6 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "tisa_hf",
         "tisa_hf.adapters",
+        "tisa_hf.attaching",
         "tisa_hf.attention",
         "tisa_hf.config",
         "tisa_hf.counting",
@@ -34,8 +37,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tisa_hf.profiles",
         "tisa_hf.toeplitz",
     ),
-    # the pieces several commands share
-    ("tisa_hf.common",),
+    # the pieces several commands share, and the command table (strings only: it imports nothing)
+    ("tisa_hf.common", "tisa_hf.commands.registry"),
     # the training recipe every training task runs
     ("tisa_hf.finetune",),
     # the commands
@@ -56,13 +59,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tisa_hf.commands", "tisa_hf.__main__"),
 )
 # The modules that run as `__main__`: `python -m tisa_hf COMMAND` and the training commands' `accelerate launch -m`
-LAUNCHERS = (
-    "tisa_hf.__main__",
-    "tisa_hf.commands.adapt",
-    "tisa_hf.commands.classify",
-    "tisa_hf.commands.glue",
-    "tisa_hf.commands.squad",
-)
+LAUNCHERS = ("tisa_hf.__main__", *sorted(command.launcher for command in COMMANDS.values() if command.launcher))
 
 
 def module_files() -> dict[str, Path]:
@@ -180,14 +177,18 @@ def test_the_retrieval_runner_builds_on_the_embedding_modules_never_the_reverse(
 
 def test_nothing_imports_the_command_line_but_its_entries():
     """commands/ sits at the top: outside it, only `python -m tisa_hf` imports it (the console script,
-    `tisa_hf_cli.py`, lives outside the package), and inside it only the launchers import the dispatcher."""
+    `tisa_hf_cli.py`, lives outside the package), and `tisa-hf sweep` its command table; inside it only the
+    launchers import the dispatcher."""
     importers = sorted(
         f"{module} -> {target}"
         for module, targets in import_graph().items()
         for target in targets
         if target.startswith("tisa_hf.commands") and not module.startswith("tisa_hf.commands")
     )
-    assert importers == ["tisa_hf.__main__ -> tisa_hf.commands.cli"]
+    assert importers == [
+        "tisa_hf.__main__ -> tisa_hf.commands.cli",
+        "tisa_hf.experiments.sweep -> tisa_hf.commands.registry",
+    ]
     launchers = {module for module in LAUNCHERS if module.startswith("tisa_hf.commands.")}
     inside = sorted(
         f"{module} -> {target}"

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
-from tisa_hf import patching
+from tisa_hf import attaching
 from tisa_hf.analysis.plots import FIGURE_DPI, FIGURE_WIDTH
 from tisa_hf.commands import cli, demo
 
@@ -74,7 +74,7 @@ def test_fitted_kernels_are_bounded_and_stay_flat_past_the_window(fitted):
 
 def test_save_reload_gives_identical_logits_without_refit(fitted, minilm, tmp_path, monkeypatch):
     fitted.save_pretrained(tmp_path)
-    monkeypatch.setattr(patching, "fit_kernels", lambda *a, **k: pytest.fail("refitted"))
+    monkeypatch.setattr(attaching, "fit_kernels", lambda *a, **k: pytest.fail("refitted"))
     again = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     tokenizer = AutoTokenizer.from_pretrained(minilm)
     batch = tokenizer(["a short one", "and a somewhat longer second sentence here"], padding=True, return_tensors="pt")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,15 +12,15 @@ from transformers import AutoModel, AutoModelForSequenceClassification, GPT2Conf
 
 import tisa_hf
 from tests.fixtures import tiny_config
-from tisa_hf import patching
+from tisa_hf import attaching
 
 
 def forbid_fitting(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the kernels were refitted")
 
-    monkeypatch.setattr(patching, "fit_kernels", refuse)
-    monkeypatch.setattr(patching, "extract_positional_profiles", refuse)
+    monkeypatch.setattr(attaching, "fit_kernels", refuse)
+    monkeypatch.setattr(attaching, "extract_positional_profiles", refuse)
 
 
 def test_save_and_reload_restores_tisa_without_refitting(model_type, tmp_path, monkeypatch):
@@ -182,6 +183,12 @@ def test_unsupported_model_type_names_the_supported_ones():
         AutoModel.from_config(config)
     with pytest.raises(ValueError, match="model type 'gpt2'"):
         tisa_hf.patch(AutoModel.from_config(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10)))
+
+
+def test_the_docs_list_the_encoders_of_the_adapter_registry():
+    using = (Path(__file__).resolve().parents[1] / "docs" / "using.md").read_text(encoding="utf-8")
+    listed = using.split("`tisa_hf.supported_model_types()`: ", 1)[1].split(". A new", 1)[0]
+    assert listed == ", ".join(f"`{model_type}`" for model_type in tisa_hf.supported_model_types())
 
 
 def test_eval_cache_is_rebuilt_after_an_optimizer_step():

@@ -11,7 +11,7 @@ import torch
 from transformers import BertModel
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import WORD_PIECE_SIZES, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "plot_kernels.py"
@@ -21,9 +21,7 @@ ENVIRONMENT = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's tisa_hf
 @pytest.mark.parametrize("init", ["fit", "zeros"])
 def test_start_is_rebuilt_and_only_the_changed_layer_moves(tmp_path, init):
     torch.manual_seed(0)
-    config = tiny_config(
-        "bert", vocab_size=30522, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64
-    )
+    config = tiny_config("bert", **WORD_PIECE_SIZES, max_position_embeddings=64)
     BertModel(config).save_pretrained(tmp_path / "pretrained")
     tisa = tisa_hf.TisaConfig(num_kernels=2, mode="add", fit_window=16, init=init)
     tuned = BertModel.from_pretrained(tmp_path / "pretrained", tisa=tisa)

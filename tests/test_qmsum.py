@@ -24,7 +24,7 @@ from tisa_hf.embeddings.lexical import bm25_scores  # noqa: E402
 from tisa_hf.embeddings.options import qmsum_parser  # noqa: E402
 from tisa_hf.embeddings.retrieval import qmsum  # noqa: E402
 from tisa_hf.embeddings.retrieval.corpus_task import cut  # noqa: E402
-from tisa_hf.embeddings.retrieval.qmsum_data import read_meetings  # noqa: E402
+from tisa_hf.embeddings.retrieval.qmsum_data import read_meetings, reading_meeting  # noqa: E402
 from tisa_hf.embeddings.retrieval.ranking import LateInteraction, answer_ranks, per_query, reciprocal_rank_fusion  # noqa: E402
 from tisa_hf.embeddings.retrieval.readouts import MaxScorer  # noqa: E402
 from tisa_hf.embeddings.systems import Embedder  # noqa: E402
@@ -199,6 +199,16 @@ def reference_best_windows(model, documents, queries, windows_of) -> np.ndarray:
     query_vectors = torch.stack([direct_embedding(model, ids) for ids in queries])
     scores = [(query_vectors @ windows_of(document).T).max(dim=1).values for document in documents]
     return torch.stack(scores, dim=1).numpy()
+
+
+def test_a_meeting_missing_a_field_is_one_line_that_keeps_its_cause():
+    with pytest.raises(UsageError) as refused, reading_meeting(Path("m.json"), "queries"):
+        {}["meeting_transcripts"]
+    assert str(refused.value) == (
+        "m.json is not a QMSum meeting (KeyError('meeting_transcripts')); it needs meeting_transcripts of "
+        "{speaker, content} turns and queries."
+    )
+    assert isinstance(refused.value.__cause__, KeyError)
 
 
 def test_the_max_readout_scores_a_document_by_its_best_window(workspace, tmp_path):

@@ -11,7 +11,8 @@ from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
 from tests.fixtures import write_glue_tsv, write_tiny_model
-from tisa_hf.finetune.glue.data import get_task, load_glue
+from tisa_hf.finetune.glue.data import load_glue
+from tisa_hf.finetune.task_tables import get_task
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "segment_agreement.py"
 

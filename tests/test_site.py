@@ -24,7 +24,7 @@ import torch
 from transformers import AutoTokenizer, BertModel
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import WORD_PIECE_SIZES, tiny_config
 from tisa_hf.analysis import AnalysisOptions, analyze_model, save_figures, write_html
 
 pytestmark = pytest.mark.browser
@@ -167,7 +167,7 @@ def test_every_page_of_the_site_works_in_a_browser(browser, site):
 
 def test_analysis_report_works_in_a_browser(browser, tmp_path):
     torch.manual_seed(0)
-    config = tiny_config("bert", vocab_size=30522, num_hidden_layers=2, intermediate_size=64)
+    config = tiny_config("bert", **WORD_PIECE_SIZES)
     model = tisa_hf.patch(BertModel(config), tisa_hf.TisaConfig(num_kernels=2, init="random"))
     tokenizer = AutoTokenizer.from_pretrained(tisa_hf.minilm_path())
     result = analyze_model(model, tokenizer, "tiny", AnalysisOptions(max_len=32, progress=False, variance_batch=4))

@@ -11,7 +11,7 @@ import pytest
 from tisa_hf.common.spellings import CHUNK, INTERP, LATE, MAX, MEAN, READOUTS, TRUNC, WHOLE, parse_spelling
 from tisa_hf.config import TisaConfig
 from tisa_hf.embeddings.lexical import split_hybrid
-from tisa_hf.embeddings.options import READOUTS_TAKEN, qmsum_parser, sts_parser, systems_table
+from tisa_hf.embeddings.options import READOUTS_TAKEN, passages_parser, qmsum_parser, sts_parser, systems_table
 from tisa_hf.errors import UsageError
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "long-documents.md"
@@ -99,3 +99,12 @@ def test_the_docs_table_and_help_are_written_from_the_registry():
     sts_help = " ".join(sts_parser().format_help().split())
     assert f"Systems, spelled {GRAMMAR}" in qmsum_help and f"late:SYSTEM ({LATE.help})" in qmsum_help
     assert "late:SYSTEM" not in sts_help and "bm25" not in sts_help and READOUTS_TAKEN["tisa-hf sts"] == (MEAN,)
+
+
+def test_the_table_and_help_leave_out_the_reading_the_passage_task_refuses():
+    """qmsum-passages refuses trunc: (tests/test_qmsum_passages.py holds its refusal); the table and its help say so."""
+    trunc_row = f"| `trunc:MODEL` | {TRUNC.help} | longembed, qmsum, spans, sts |"
+    assert trunc_row in systems_table().splitlines()
+    passages_help = " ".join(passages_parser().format_help().split())
+    assert "chunk:MODEL (chunks" in passages_help and "trunc:MODEL (" not in passages_help
+    assert "trunc:MODEL (" in " ".join(qmsum_parser().format_help().split())

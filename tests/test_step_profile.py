@@ -40,7 +40,7 @@ def test_profile_prints_and_saves_each_variant_and_phase(tmp_path, capsys, monke
     assert bench.main([*arguments, "--attention-dropout", "0", "--output", str(output)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "sdpa, float32, 1 layers, batch 1 x 8, attention dropout 0.0 in training, cpu (CPU ms)"
-    assert lines[2].startswith("variant       phase   calls   fwd   bwd optim  a layer  extra  kernels  bias ms")
+    assert lines[2].startswith("variant       phase   calls   fwd   bwd optim  a layer  extra launches  bias ms")
     rows = json.loads(output.read_text())["profile"]["profiles"][0]["rows"]
     assert [(row["variant"], row["phase"]) for row in rows] == [
         (variant, phase) for phase in ("train", "infer") for variant in step_profile.VARIANTS

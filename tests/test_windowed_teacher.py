@@ -10,7 +10,7 @@ import tisa_hf
 from tests.fixtures import tiny_config
 from tisa_hf.adapt.objectives import DistillationObjective
 from tisa_hf.adapt.windowed_teacher import nearest_windows, window_starts, window_stride
-from tisa_hf.patching import model_table_length
+from tisa_hf.attaching import model_table_length
 
 
 def most_context_window(position: int, starts: list[int], width: int) -> int:

@@ -6,15 +6,16 @@ ELECTRA, XLM-RoBERTa or DistilBERT checkpoint and TISA checkpoints load with the
 """
 
 from .adapters import supported_model_types
+from .attaching import tisa_config_of
 from .config import TisaConfig
 from .counting import PositionalParameterCount, count_positional_parameters
 from .fitting import KernelFit, fit_kernels
 from .integration import install
 from .kernels import TisaPositionBias
 from .model_configs import tisa_model_config
-from .modeling import patch, register_adapter
+from .modeling import register_adapter
 from .packaged import minilm_path, resolve_model
-from .patching import tisa_config_of
+from .patching import patch
 from .profiles import PositionalProfiles, extract_positional_profiles, tisa_disabled
 from .toeplitz import ToeplitzFit, toeplitz_fit
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from transformers import PreTrainedModel
 
 from .adapters import find_base_model
-from .patching import MeanPositionEmbedding, tisa_bias_module
+from .attaching import MeanPositionEmbedding, tisa_bias_module
 
 
 @dataclass(frozen=True)

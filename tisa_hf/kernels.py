@@ -1,7 +1,9 @@
 """The TISA scoring functions and the Toeplitz attention bias they produce.
 
 `f(k) = sum_s a_s * exp(-|b_s| * (k - c_s)^2)` for each layer and head (with the optional far-field term,
-`- r * log(1 + |k|)`); the bias added to the attention logits is `F[h, i, j] = f_h(j - i)`.
+`- r * log(1 + |k|)`); the bias added to the attention logits is `F[h, i, j] = f_h(j - i)`. The "kernels" of
+this package are these Gaussians (a_s, b_s, c_s); PyTorch's compute kernels go by their own names (its fused
+attention kernels, memory-efficient or flash; GPU kernel launches).
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ class TisaPositionBias(nn.Module):
     `load_state_dict`, `.to`), as long as all layers' biases together fit in `cache_limit_bytes`; longer
     inputs build the bias on every call instead.
 
-    Between `begin_forward` and `end_forward` (the encoder's forward, `patching.OffsetTablesPerForward`) the
+    Between `begin_forward` and `end_forward` (the encoder's forward, `attaching.OffsetTablesPerForward`) the
     layers' offset values come from one evaluation of every layer's kernels (`layer_tables`), made when the first
-    layer asks: a handful of operator calls (and kernel launches) for the whole model instead of about twenty a
+    layer asks: a handful of operator calls (and GPU kernel launches) for the whole model instead of about twenty a
     layer, and one backward through the kernels. The values are bit for bit those of one layer's evaluation:
     every operation in `kernel_values` is elementwise or reduces over the kernels or offsets of one layer and head,
     in the same order whatever the number of layers (`tests/test_fast_paths.py`).

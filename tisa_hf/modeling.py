@@ -1,4 +1,5 @@
-"""TISA model types: how a TISA checkpoint declares itself and loads strictly, and `patch` for a model in memory.
+"""TISA model types: how a TISA checkpoint declares itself and loads strictly (`patching.patch` turns a model in memory
+into its TISA type).
 
 Every supported architecture gets a config class (`model_configs`) and model classes of its own, built from
 transformers' classes and registered with `AutoConfig` and the `AutoModel*` classes:
@@ -21,9 +22,9 @@ import logging
 import transformers.models.auto.modeling_auto as auto_models
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils.generic import is_flash_attention_requested
-from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
-from .adapters import ADAPTERS, EncoderAdapter, adapter_for, find_base_model
+from .adapters import ADAPTERS, EncoderAdapter, adapter_for
+from .attaching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_bias_module, tisa_config_of
 from .config import READING_SETTINGS, TisaConfig
 from .kernels import KERNEL_PARAMETERS
 from .model_configs import (
@@ -36,7 +37,6 @@ from .model_configs import (
     transformers_base_class,
 )
 from .names import BIAS_ATTRIBUTE, plain_implementation, tisa_implementation
-from .patching import attach_tisa, check_finite_kernels, initialize_tisa, tisa_bias_module, tisa_config_of
 
 logger = logging.getLogger(__name__)
 
@@ -176,31 +176,6 @@ def register_model_classes(adapter: EncoderAdapter) -> None:
         model_class = mapping[adapter.config_class]
         if isinstance(model_class, type) and issubclass(model_class, PreTrainedModel):
             auto_class.register(config_class, tisa_model_class(model_class), exist_ok=True)
-
-
-def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreTrainedModel:
-    """Gives a model already in memory TISA, initialised by `tisa.init`; returns the same model, patched in place.
-
-    The model becomes an instance of its TISA class (so it saves as a TISA checkpoint) with a config of its own:
-    the config object it was built with, which other models may share, is left as it was.
-    """
-    config = TisaConfig.from_value(tisa)
-    base, adapter = find_base_model(model)
-    if tisa_config_of(model) is not None:
-        raise ValueError(f"This {type(model).__name__} already has TISA ({tisa_config_of(model)}).")
-    old_config = model.config
-    new_config = tisa_model_config(old_config, config)
-    for module in model.modules():
-        if getattr(module, "config", None) is old_config:
-            module.config = new_config
-    model.__class__ = tisa_model_class(type(model))
-    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs  # what __init__ registers for output capture, per class
-    new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
-        old_config._attn_implementation
-    )
-    attach_tisa(base, adapter)
-    initialize_tisa(base, adapter)
-    return model
 
 
 def register_adapter(adapter: EncoderAdapter) -> None:

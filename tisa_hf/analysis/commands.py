@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..common.result_files import METRICS_FILE
+from ..common.result_files import METRICS_FILE, claim_finished_folder
 from ..common.saved_files import check_output_folder
 from .compare import check_scores, comparison_rows, format_table, saved_report, write_comparison
 from .encoder_loading import load_model, load_tokenizer
-from .html_report import write_html, write_metrics
+from .html_report import REPORT_FILE, write_html, write_metrics
 from .options import analyze_parser, compare_parser
 from .pipeline import AnalysisOptions, analyze_model
 from .plots import save_figures
@@ -38,9 +38,10 @@ def _analyze_one(path_or_id: str, args: argparse.Namespace, layers: list[int] | 
 
 def analyze(argv: list[str]) -> int:
     args = analyze_parser().parse_args(argv)
-    check_output_folder(args.out, "--out")
-    result = _analyze_one(args.model, args, args.layers)
     out = Path(args.out)
+    check_output_folder(out, "--out")
+    claim_finished_folder(out, REPORT_FILE, "report", args.overwrite)
+    result = _analyze_one(args.model, args, args.layers)
     figures = save_figures(result, out)
     write_metrics(result, out)
     report = write_html(result, figures, out)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..adapters import base_model_type, find_base_model
+from ..attaching import position_table_length, tisa_config_of
 from ..common.head_loading import load_under_head
 from ..common.hub_access import LOADING_ERRORS, describe_error, loading_errors, model_remedy, model_source
 from ..errors import UsageError, usage_errors
 from ..names import plain_implementation
-from ..patching import position_table_length, tisa_config_of
 
 
 def load_model(path_or_id: str) -> PreTrainedModel:

@@ -12,6 +12,7 @@ from ..profiles import DEFAULT_PROFILE_LENGTH
 from .pipeline import AnalysisResult
 from .plots import PROBING_PERCENTILE
 
+REPORT_FILE = "report.html"  # written last: a folder holding it holds a finished report
 SECTIONS: dict[str, str] = {
     "embeddings": "1. Toeplitzness of the position embeddings",
     "profiles": "2. Positional attention profiles F̂_P",
@@ -174,6 +175,6 @@ def write_html(result: AnalysisResult, figures: dict[str, Path], directory: Path
         f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{summary}"
         f'<p class="note">{html.escape(version_line)}</p>{sections}</body></html>\n'
     )
-    path = directory / "report.html"
+    path = directory / REPORT_FILE
     path.write_text(page, encoding="utf-8")
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import add_out_argument
+from ..common.options import add_out_argument, add_overwrite_argument
 
 
 def _add_analysis_options(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +26,7 @@ def analyze_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model", help="local folder or Hub id of a supported encoder (TISA or not), or minilm")
     add_out_argument(parser, "report folder (report.html, metrics.json, figures)")
+    add_overwrite_argument(parser, "start over in an --out that holds a finished report")
     parser.add_argument("--layers", type=int, nargs="+", help="layers to show, counted from 0 (default: all)")
     _add_analysis_options(parser)
     return parser

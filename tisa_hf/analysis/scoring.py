@@ -9,8 +9,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ..adapters import find_base_model
+from ..attaching import tisa_bias_module, tisa_config_of
 from ..fitting import scoring_function_r2
-from ..patching import tisa_bias_module, tisa_config_of
 from ..profiles import default_profile_length
 from .positional_attention import ProfileAnalysis, analyze_profiles
 

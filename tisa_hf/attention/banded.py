@@ -35,8 +35,8 @@ BANDED_MAX_CANCELLATION = 16.0
 
 _fused_cpu_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _fused_cuda_attention = torch.ops.aten._scaled_dot_product_efficient_attention
-# CUDA's memory-efficient kernel reads an additive mask in rows that start on 16 elements; PyTorch's own SDPA front
-# end pads the mask's rows to that before calling it (`pad_bias`), which a direct call has to do itself.
+# CUDA's memory-efficient attention kernel reads an additive mask in rows that start on 16 elements; PyTorch's own SDPA
+# front end pads the mask's rows to that before calling it (`pad_bias`), which a direct call has to do itself.
 CUDA_MASK_ALIGNMENT = 16
 
 
@@ -106,10 +106,10 @@ def fused_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q kᵀ · scale + mask) v (B, H, m, d) and its log-sum-exp (B, H, m) in float32, from the fused kernel
-    that returns both: PyTorch's flash kernel on the CPU, its memory-efficient kernel on CUDA (the one CUDA kernel
-    that takes an additive mask in float32). `is_causal` is meant for square calls (the kernels align a causal mask
-    of m < n keys differently)."""
+    """softmax(q kᵀ · scale + mask) v (B, H, m, d) and its log-sum-exp (B, H, m) in float32, from the fused attention
+    kernel that returns both: PyTorch's flash attention kernel on the CPU, its memory-efficient attention kernel on CUDA
+    (the one CUDA kernel that takes an additive mask in float32). `is_causal` is meant for square calls (the attention
+    kernels align a causal mask of m < n keys differently)."""
     if query.device.type == "cpu":
         return _fused_cpu_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)[:2]
     if attn_mask is not None:
@@ -120,8 +120,8 @@ def fused_attention(
 
 
 def cuda_aligned_mask(mask: torch.Tensor) -> torch.Tensor:
-    """`mask` itself where CUDA's memory-efficient kernel can read it in place (rows of contiguous values starting
-    on `CUDA_MASK_ALIGNMENT` elements), else a copy whose rows are padded to that and sliced back (the size of
+    """`mask` itself where CUDA's memory-efficient attention kernel can read it in place (rows of contiguous values
+    starting on `CUDA_MASK_ALIGNMENT` elements), else a copy whose rows are padded to that and sliced back (the size of
     `mask` itself: broadcast dimensions are expanded by the caller, without a copy)."""
     alignment = CUDA_MASK_ALIGNMENT
     row_strides = [stride for size, stride in zip(mask.shape[:-1], mask.stride()[:-1], strict=True) if size > 1]
@@ -152,11 +152,11 @@ def banded_biased_sdpa(
     computation would lose precision (the caller then takes the blockwise route). `band` is `nonzero_band(values)`,
     read from `values` where not given.
 
-    Without a padding mask each row's keys are split into those left of its band, its band and those right of it,
-    each attended by PyTorch's fused kernel (`fused_attention`), which also returns each part's log-sum-exp, and
+    Without a padding mask each row's keys are split into those left of its band, its band and those right of it, each
+    attended by PyTorch's fused attention kernel (`fused_attention`), which also returns each part's log-sum-exp, and
     the three parts are merged by their log-sum-exps (`split_banded_sdpa`): every weight is positive, so nothing
-    cancels, and the work is the plain model's n² plus the band's. With a padding mask, one plain fused call over
-    all keys is corrected within the band (`corrected_banded_sdpa`)."""
+    cancels, and the work is the plain model's n² plus the band's. With a padding mask, one plain fused call over all
+    keys is corrected within the band (`corrected_banded_sdpa`)."""
     scale = scale if scale is not None else query.shape[-1] ** -0.5
     band = nonzero_band(values) if band is ... else band
     if mask is None:

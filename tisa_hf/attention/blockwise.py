@@ -11,10 +11,10 @@ import torch
 from . import backends, logits
 from .route import SdpaCall, SdpaRoute, stand_in_bias
 
-# The query blocks: on the CPU, as many rows as keep a block's bias within BLOCK_BIAS_BYTES (it stays in cache). A
-# GPU's fused kernel runs one program per head and tile of query rows, so blocks of a few dozen rows leave most of
-# its multiprocessors idle: there a block holds at least ACCELERATOR_BLOCK_ROWS rows (1.5 GiB of bias for 12 heads
-# at 32,768 tokens).
+# The query blocks: on the CPU, as many rows as keep a block's bias within BLOCK_BIAS_BYTES (it stays in cache). A GPU's
+# fused attention kernel runs one program per head and tile of query rows, so blocks of a few dozen rows leave most of
+# its multiprocessors idle: there a block holds at least ACCELERATOR_BLOCK_ROWS rows (1.5 GiB of bias for 12 heads at
+# 32,768 tokens).
 BLOCK_BIAS_BYTES = 64 * 2**20
 ACCELERATOR_BLOCK_ROWS = 1024
 
@@ -48,11 +48,11 @@ class ToeplitzBias:
         """(start, stop, rows start .. stop-1 of the bias as a (1, heads, stop - start, n) view) for consecutive
         blocks of `block` rows.
 
-        The rows of block b are those of block 0 shifted b * block columns to the right, so every block is a
-        column window of one contiguous band F'[p, m] = f(m - (blocks - 1) * block - p) of `block` rows, built
-        once. Built per block instead, each block's rows were a fresh allocation whose copy (a flip of an
-        overlapping view) came out column-major, which made the fused CPU kernel two to three times slower than
-        with a row-major mask. Offsets below -(n-1) occur only in band entries no block reads (zero padding)."""
+        The rows of block b are those of block 0 shifted b * block columns to the right, so every block is a column
+        window of one contiguous band F'[p, m] = f(m - (blocks - 1) * block - p) of `block` rows, built once: a
+        row-major mask, on which the fused CPU attention kernel runs at full speed, where a copy per block (a flip of
+        an overlapping view) comes out column-major (docs/performance.md). Offsets below -(n-1) occur only in band
+        entries no block reads (zero padding)."""
         length, blocks = self.length, -(-self.length // block)
         padding = blocks * block - length
         padded = torch.nn.functional.pad(self.values, (padding, 0))
@@ -89,9 +89,9 @@ def blockwise_biased_sdpa(
         block_mask = mask[..., start:stop, :] if mask is not None and mask.shape[-2] > 1 else mask
         block_bias = logits.merge_bias(block_mask, rows)
         if block_bias.device.type != "cpu":
-            # The CPU's fused kernel reads a block's window into the band in place. CUDA's memory-efficient kernel
-            # reads masks in 16-byte vectors, which most windows do not start on ("misaligned address"): it gets a
-            # fresh contiguous copy (docs/performance.md).
+            # The CPU's fused attention kernel reads a block's window into the band in place. CUDA's memory-efficient
+            # attention kernel reads masks in 16-byte vectors, which most windows do not start on ("misaligned
+            # address"): it gets a fresh contiguous copy (docs/performance.md).
             block_bias = block_bias.contiguous()
         outputs.append(
             torch.nn.functional.scaled_dot_product_attention(

@@ -1,9 +1,10 @@
 """Which route a `tisa_sdpa` call takes: the first of an ordered list of routes that applies to it.
 
-The default order: transformers' sdpa where the layer has no kernels; for long inputs without gradients, banded where
-the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
-would push PyTorch off its fused kernel; SDPA with the stored bias for everything else. A model call may pass another
-policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side so)."""
+The default order: transformers' sdpa where the layer has no TISA kernels; for long inputs without gradients, banded
+where the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
+would push PyTorch off its fused attention kernel; SDPA with the stored bias for everything else. A model call may pass
+another policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side
+so)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from ..kernels import TisaPositionBias
 from . import backends
 from .logits import bias_dtype
 
-# The dtypes of PyTorch's fused kernels that return a log-sum-exp (the trainable-bias and banded routes), and the
-# attention arguments they cannot take.
+# The dtypes of PyTorch's fused attention kernels that return a log-sum-exp (the trainable-bias and banded routes), and
+# the attention arguments they cannot take.
 FUSED_DTYPES = (torch.float32,)
 UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
 
@@ -45,7 +45,7 @@ class SdpaCall:
         return bias_dtype(self.query)
 
     def takes_fused_arguments(self) -> bool:
-        """Whether the call has none of the arguments the fused kernels cannot take."""
+        """Whether the call has none of the arguments the fused attention kernels cannot take."""
         return not any(self.kwargs.get(name) is not None for name in UNSUPPORTED_FUSED_KWARGS)
 
     def is_long_inference(self) -> bool:
@@ -75,9 +75,9 @@ class SdpaRoute:
 
 
 def stand_in_bias(call: SdpaCall, rows: int | None = None) -> torch.Tensor:
-    """A bias of the call's shape (`rows` query rows) without its size, for PyTorch's backend choice: one row,
-    expanded. Its last dimension keeps stride 1, as the real bias's does: PyTorch's fused kernels require that of a
-    mask and otherwise fall back to math."""
+    """A bias of the call's shape (`rows` query rows) without its size, for PyTorch's backend choice: one row, expanded.
+    Its last dimension keeps stride 1, as the real bias's does: PyTorch's fused attention kernels require that of a mask
+    and otherwise fall back to math."""
     length, heads = call.length, call.query.shape[1]
     requires_grad = call.kernels is not None and call.kernels.needs_grad()
     row = torch.zeros(1, 1, 1, length, dtype=call.bias_dtype, device=call.query.device, requires_grad=requires_grad)

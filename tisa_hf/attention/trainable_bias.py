@@ -1,7 +1,7 @@
-"""The CPU trainable-bias route: PyTorch leaves its fused CPU kernel for the unfused math path as soon as the float
-mask requires a gradient, which TISA's bias does in training, and has no fused CPU kernel that returns a mask
-gradient. `TrainableBiasAttention` runs the fused kernel forward with the bias as a constant mask and recomputes the
-probabilities from the saved log-sum-exp in its backward."""
+"""The CPU trainable-bias route: PyTorch leaves its fused CPU attention kernel for the unfused math path as soon as the
+float mask requires a gradient, which TISA's bias does in training, and has no fused CPU attention kernel that returns a
+mask gradient. `TrainableBiasAttention` runs the fused attention kernel forward with the bias as a constant mask and
+recomputes the probabilities from the saved log-sum-exp in its backward."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class TrainableBiasRoute(SdpaRoute):
 def takes_fused_bias_path(
     query: torch.Tensor, key: torch.Tensor, bias_requires_grad: bool, dtype: torch.dtype, dropout: float
 ) -> bool:
-    """Whether a call would leave PyTorch's fused CPU kernel only because its float bias (of `dtype`, merged with
-    the 4-D padding mask) requires a gradient."""
+    """Whether a call would leave PyTorch's fused CPU attention kernel only because its float bias (of `dtype`, merged
+    with the 4-D padding mask) requires a gradient."""
     return (
         bias_requires_grad
         and torch.is_grad_enabled()
@@ -47,7 +47,8 @@ def takes_fused_bias_path(
 
 
 class TrainableBiasAttention(torch.autograd.Function):
-    """softmax(q kᵀ · scale + bias) v through the fused CPU kernel, with a hand-written backward for the bias."""
+    """softmax(q kᵀ · scale + bias) v through the fused CPU attention kernel, with a hand-written backward for the
+    bias."""
 
     @staticmethod
     def forward(ctx, query, key, value, bias, scale):

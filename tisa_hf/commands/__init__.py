@@ -1,2 +1,3 @@
 """The command line: the dispatcher (`cli.py`), the `accelerate launch -m` entries of the training commands and the
-demo. Nothing in the package imports this folder; light, so that `tisa-hf --help` imports no torch."""
+demo, and the command table they read (`registry.py`, which `tisa-hf sweep` reads too; nothing else in the
+package imports this folder); light, so that `tisa-hf --help` imports no torch."""

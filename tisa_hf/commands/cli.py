@@ -11,148 +11,22 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
-import importlib
 import logging
 import os
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import huggingface_hub.utils
 
 from ..errors import UsageError
+from .registry import COMMANDS, Command, load
 
-
-@dataclass(frozen=True)
-class Command:
-    """One subcommand: `run` ("module[:function]", default `main`) runs it on its argument list; `options`
-    ("module:name") is its argparse parser factory or its tuple of argument dataclasses, in modules light enough
-    that `--help` and the check of a command line answer without importing torch or transformers' models."""
-
-    run: str
-    options: str
-    summary: str
-
-
-COMMANDS: dict[str, Command] = {
-    "demo": Command(
-        "tisa_hf.commands.demo",
-        "tisa_hf.commands.demo_options:demo_parser",
-        "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload.",
-    ),
-    "analyze": Command(
-        "tisa_hf.analysis.commands:analyze",
-        "tisa_hf.analysis.options:analyze_parser",
-        "Positional analysis report of one encoder.",
-    ),
-    "compare": Command(
-        "tisa_hf.analysis.commands:compare",
-        "tisa_hf.analysis.options:compare_parser",
-        "Key positional numbers of several encoders in one table.",
-    ),
-    "glue": Command(
-        "tisa_hf.finetune.glue.task",
-        "tisa_hf.finetune.glue.options:GLUE_ARGUMENTS",
-        "Fine-tune and evaluate on a GLUE task.",
-    ),
-    "squad": Command(
-        "tisa_hf.finetune.squad.task",
-        "tisa_hf.finetune.squad.options:SQUAD_ARGUMENTS",
-        "Fine-tune and evaluate on SQuAD v1.1 / v2.0.",
-    ),
-    "classify": Command(
-        "tisa_hf.finetune.classify.task",
-        "tisa_hf.finetune.classify.options:CLASSIFY_ARGUMENTS",
-        "Fine-tune and evaluate on long-document classification (Hyperpartisan, CSV/JSON).",
-    ),
-    "sweep": Command(
-        "tisa_hf.experiments.sweep",
-        "tisa_hf.experiments.options:sweep_parser",
-        "Run a grid of fine-tuning runs, resumably.",
-    ),
-    "report": Command(
-        "tisa_hf.experiments.report",
-        "tisa_hf.experiments.options:report_parser",
-        "Results table (the TISA paper's table 3 layout).",
-    ),
-    "adapt": Command(
-        "tisa_hf.adapt.adapt_task",
-        "tisa_hf.adapt.arguments:ADAPT_ARGUMENTS",
-        "Adapt a pretrained encoder to TISA on plain text (distillation or masked LM).",
-    ),
-    "lm-eval": Command(
-        "tisa_hf.adapt.lm_eval",
-        "tisa_hf.adapt.lm_eval_options:lm_eval_parser",
-        "Teacher agreement and masked-token loss against input length.",
-    ),
-    "longembed": Command(
-        "tisa_hf.embeddings.retrieval.longembed",
-        "tisa_hf.embeddings.options:longembed_parser",
-        "Passkey and needle retrieval (Acc@1) against document length.",
-    ),
-    "qmsum": Command(
-        "tisa_hf.embeddings.retrieval.qmsum",
-        "tisa_hf.embeddings.options:qmsum_parser",
-        "LongEmbed's QMSum retrieval (nDCG@10) of long meeting transcripts, with BM25 and hybrids.",
-    ),
-    "qmsum-passages": Command(
-        "tisa_hf.embeddings.retrieval.passages",
-        "tisa_hf.embeddings.options:passages_parser",
-        "QMSum's query-based passages (nDCG@10, Recall@10/@50) within a meeting and across all: windows read apart "
-        "against windows pooled from the whole meeting's read.",
-    ),
-    "spans": Command(
-        "tisa_hf.embeddings.retrieval.spans",
-        "tisa_hf.embeddings.options:spans_parser",
-        "Passages of WikiText articles find their article (development task of long reading), by passage depth.",
-    ),
-    "encode": Command(
-        "tisa_hf.embeddings.encode",
-        "tisa_hf.embeddings.options:encode_parser",
-        "Embed a corpus of long documents (resumable; several processes or GPUs).",
-    ),
-    "index": Command(
-        "tisa_hf.multivector.index",
-        "tisa_hf.multivector.options:index_parser",
-        "Turn a corpus into a token-vector index with a multi-vector model (resumable; several processes or GPUs).",
-    ),
-    "search": Command(
-        "tisa_hf.multivector.search",
-        "tisa_hf.multivector.options:search_parser",
-        "Search a token-vector index by exact MaxSim: the top-k documents of a query or a file of queries, as JSON.",
-    ),
-    "sts": Command(
-        "tisa_hf.embeddings.sts",
-        "tisa_hf.embeddings.options:sts_parser",
-        "Zero-shot STS-B (Spearman of cosine similarities) of embedding models, paired.",
-    ),
-    "push": Command(
-        "tisa_hf.finetune.push",
-        "tisa_hf.finetune.push_options:push_parser",
-        "Upload a run's model with a model card to the Hub.",
-    ),
-    "bench": Command(
-        "tisa_hf.performance.bench",
-        "tisa_hf.performance.options:bench_parser",
-        "Speed and memory of TISA against plain attention.",
-    ),
-    "env": Command(
-        "tisa_hf.performance.env",
-        "tisa_hf.performance.options:env_parser",
-        "This machine and the attention route each TISA configuration takes on it.",
-    ),
-}
 DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`
 DEBUG_VARIABLE = "TISA_HF_DEBUG"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PROGRESS_BAR_SWITCHES = (("transformers.utils.logging", "disable_progress_bar"), ("datasets", "disable_progress_bars"))
-
-
-def _load(target: str) -> Any:
-    module_name, _, name = target.partition(":")
-    return getattr(importlib.import_module(module_name), name or "main")
 
 
 def _refuse(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -165,7 +39,7 @@ def check_options(name: str, command: Command, args: list[str]) -> None:
     the help when asked (argparse then exits with status 0) and raises what the options refuse (a misspelt
     option, a value of the wrong type or outside the choices) as a UsageError, so that both answer at once,
     before the command imports its libraries. The command parses its arguments again when it runs."""
-    options = _load(command.options)
+    options = load(command.options)
     prog = f"tisa-hf {name}"
     if isinstance(options, tuple):
         from ..finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
@@ -239,7 +113,7 @@ def main(argv: list[str] | None = None, before_running: Callable[[], None] = lam
         check_options(command, COMMANDS[command], rest)
         before_running()
         configure_logging()
-        return _load(COMMANDS[command].run)(rest) or 0
+        return load(COMMANDS[command].run)(rest) or 0
     except UsageError as error:
         if debug:
             traceback.print_exc()

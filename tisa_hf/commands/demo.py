@@ -19,10 +19,11 @@ from ..analysis.positional_attention import analyze_profiles
 from ..analysis.scoring import compare_scoring_to_profiles, fit_profile_length
 from ..common.head_loading import load_under_head
 from ..common.hub_access import loading_errors, model_remedy, model_source
+from ..common.result_files import claim_finished_folder
 from ..common.saved_files import check_output_folder
 from ..config import TisaConfig
 from ..counting import count_positional_parameters
-from ..errors import UsageError, usage_errors
+from ..errors import usage_errors
 from .demo_options import demo_parser
 
 SUMMARY_FILE = "summary.json"  # written last: a folder holding it holds a finished demo
@@ -44,14 +45,7 @@ def check_output(out: Path, overwrite: bool) -> None:
     """Before any model loads: `out` can hold the demo, and holds no finished one unless `overwrite` (whose
     summary is then removed, so that an interrupted new demo does not look finished)."""
     check_output_folder(out, "--out")
-    summary = out / SUMMARY_FILE
-    if not summary.is_file():
-        return
-    if not overwrite:
-        raise UsageError(
-            f"--out {out} holds a finished demo ({SUMMARY_FILE}); choose another --out or pass --overwrite."
-        )
-    summary.unlink()
+    claim_finished_folder(out, SUMMARY_FILE, "demo", overwrite)
 
 
 def main(argv: list[str] | None = None) -> int:

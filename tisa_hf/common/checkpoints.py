@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from transformers import AutoConfig, PreTrainedConfig
 
+from ..attaching import config_table_length
 from ..config import TisaConfig
 from ..errors import UsageError
-from ..patching import config_table_length
 from .hub_access import model_source
 
 # Architectures whose checkpoints hold an MLM head that AutoModelForMaskedLM loads.

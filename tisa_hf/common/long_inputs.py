@@ -23,7 +23,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..adapters import find_base_model
-from ..patching import tisa_config_of
+from ..attaching import tisa_config_of
 
 
 def interpolated_rows(table: torch.Tensor, length: int) -> torch.Tensor:

@@ -12,9 +12,9 @@ from huggingface_hub import ModelCard, ModelCardData, errors
 from huggingface_hub.utils import validate_repo_id
 from transformers import PreTrainedModel
 
+from ..attaching import tisa_config_of
 from ..config import TisaConfig
 from ..packaged import MINILM_HUB_ID, is_packaged_minilm
-from ..patching import tisa_config_of
 from .checkpoints import reads_any_length
 from .machine import describe_machine
 

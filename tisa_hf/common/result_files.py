@@ -141,6 +141,18 @@ def check_out_folder(out: str) -> None:
         raise UsageError(f"--out {out} is a file; give a folder.")
 
 
+def claim_finished_folder(out: Path, marker: str, what: str, overwrite: bool) -> None:
+    """Before any model loads: an --out whose `marker` file (written last) says it holds a finished `what` is
+    refused unless `overwrite`, whose marker is then removed, so that an interrupted new run does not look
+    finished."""
+    path = out / marker
+    if not path.is_file():
+        return
+    if not overwrite:
+        raise UsageError(f"--out {out} holds a finished {what} ({marker}); choose another --out or pass --overwrite.")
+    path.unlink()
+
+
 RESUME_REMEDY = "rerun with its settings to resume, or choose another --out, or pass --overwrite to start over."
 
 

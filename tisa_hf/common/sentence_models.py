@@ -25,11 +25,11 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..attaching import model_table_length, tisa_config_of
 from ..config import TisaConfig
 from ..errors import UsageError
-from ..modeling import patch
 from ..packaged import resolve_model
-from ..patching import model_table_length, tisa_config_of
+from ..patching import patch
 from .checkpoints import reads_any_length
 
 try:

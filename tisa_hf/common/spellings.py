@@ -163,10 +163,13 @@ def parse_spelling(spec: str) -> Spelling:
     return Spelling(model, reading, readout, tisa)
 
 
-def model_spellings(readouts: tuple[Readout, ...] = READOUTS) -> dict[str, str]:
-    """Each reading's, `tisa:`'s and each prefixed read-out's (of `readouts`) spelling and help line."""
+def model_spellings(
+    readouts: tuple[Readout, ...] = READOUTS, readings: tuple[Reading, ...] = READINGS
+) -> dict[str, str]:
+    """Each reading's (of `readings`), `tisa:`'s and each prefixed read-out's (of `readouts`) spelling and help
+    line."""
     return {
-        **{f"{reading.prefix}MODEL": reading.help for reading in READINGS},
+        **{f"{reading.prefix}MODEL": reading.help for reading in readings},
         f"{TISA_PREFIX}MODE:S:MODEL": TISA_HELP,
         **{f"{readout.prefix}SYSTEM": readout.help for readout in readouts if readout.prefix},
     }

@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attaching import model_table_length, tisa_config_of
 from ..common.checkpoints import reads_any_length
 from ..common.machine import machine, versions
 from ..common.result_files import check_out_folder, check_writable, resumable_record, save_array, write_record
 from ..common.sentence_models import check_reading_limit, require_sentence_transformers
 from ..errors import UsageError
 from ..packaged import resolve_model
-from ..patching import model_table_length, tisa_config_of
 from .options import encode_parser
 from .ray_cluster import check_engine
 

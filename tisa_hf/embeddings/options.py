@@ -13,7 +13,19 @@ from ..common.options import (
     add_paired_arguments,
     positive_int,
 )
-from ..common.spellings import GRAMMAR, LATE, MEAN, READOUTS, Readout, model_spellings
+from ..common.spellings import (
+    CHUNK,
+    GRAMMAR,
+    INTERP,
+    LATE,
+    MEAN,
+    READINGS,
+    READOUTS,
+    WHOLE,
+    Reading,
+    Readout,
+    model_spellings,
+)
 from .lexical import TEXT_SYSTEMS_HELP
 
 DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
@@ -36,12 +48,17 @@ READOUTS_TAKEN: dict[str, tuple[Readout, ...]] = {
     SPANS: READOUTS,
     STS: (MEAN,),
 }
+# The readings each command takes: every one, but for the passage task, where a window read apart is chunk:'s
+READINGS_TAKEN: dict[str, tuple[Reading, ...]] = {command: READINGS for command in READOUTS_TAKEN} | {
+    QMSUM_PASSAGES: (WHOLE, CHUNK, INTERP)
+}
 TEXT_SYSTEMS = (LONGEMBED, QMSUM, QMSUM_PASSAGES, SPANS)  # the commands that take BM25 and hybrids too
 
 
 def systems_help(command: str) -> str:
     """The systems `command` takes, as its `--help` gives them."""
-    spellings = model_spellings(READOUTS_TAKEN[command]) | (TEXT_SYSTEMS_HELP if command in TEXT_SYSTEMS else {})
+    spellings = model_spellings(READOUTS_TAKEN[command], READINGS_TAKEN[command])
+    spellings |= TEXT_SYSTEMS_HELP if command in TEXT_SYSTEMS else {}
     phrases = "; ".join(f"{spelling} ({help})" for spelling, help in spellings.items())
     return f"Systems, spelled {GRAMMAR} (MODEL: a folder, Hub id or minilm): {phrases}."
 
@@ -50,6 +67,8 @@ def systems_table() -> str:
     """The Markdown table of every system spelling, what it does and the commands that take it (docs/long-documents.md
     holds it; tests/test_spellings.py holds it to this)."""
     takers = {spelling: list(READOUTS_TAKEN) for spelling in model_spellings()}
+    for reading in READINGS:
+        takers[f"{reading.prefix}MODEL"] = [command for command, taken in READINGS_TAKEN.items() if reading in taken]
     for readout in READOUTS:
         takers[f"{readout.prefix}SYSTEM"] = [command for command, taken in READOUTS_TAKEN.items() if readout in taken]
     takers |= {spelling: list(TEXT_SYSTEMS) for spelling in TEXT_SYSTEMS_HELP}

@@ -30,7 +30,8 @@ from ..common.machine import checked_device, machine, versions
 from ..common.paired import paired_interval
 from ..common.result_files import check_out_folder, resumable_record, write_record
 from ..errors import UsageError
-from ..finetune.glue.data import get_task, read_glue_tsv
+from ..finetune.glue.data import read_glue_tsv
+from ..finetune.task_tables import get_task
 from .options import STS, sts_parser
 from .systems import Embedder, SystemSpec, check_readouts, check_system_names, shared_tokenizer
 

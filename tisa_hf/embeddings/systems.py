@@ -47,7 +47,7 @@ class SystemSpec:
         try:
             facts = CheckpointFacts.read(spelling.model)
         except ValueError as error:
-            raise UsageError(f"{spec}: {error}") from None
+            raise UsageError(f"{spec}: {error}") from error
         if (spelling.tisa is not None or spelling.reading.stretches) and facts.tisa is not None:
             raise UsageError(
                 f"{spec}: {spelling.model} already has TISA ({facts.tisa}); give the model it was made from."

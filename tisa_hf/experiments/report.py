@@ -28,10 +28,10 @@ from ..common.machine import describe_machine
 from ..common.paired import paired_bootstrap
 from ..common.tables import seed_paired_cell
 from ..errors import UsageError
-from ..finetune.glue.data import TASKS
 from ..finetune.glue.metrics import glue_metric
 from ..finetune.predictions import SplitPredictions, read_predictions
 from ..finetune.run_folder import METRICS_FILE, PREDICTIONS_FILE, RunFolder
+from ..finetune.task_tables import TASKS
 from .options import report_parser
 from .variants import BASELINE, compared_model, is_document_run, label_variants, variant_order
 

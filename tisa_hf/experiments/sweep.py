@@ -44,10 +44,10 @@ from typing import Any
 
 import yaml
 
+from ..commands.registry import COMMANDS as REGISTRY
+from ..commands.registry import load
 from ..errors import UsageError
 from ..finetune.arguments import parse_arguments, resolved_config
-from ..finetune.classify.options import CLASSIFY_ARGUMENTS
-from ..finetune.glue.options import GLUE_ARGUMENTS
 from ..finetune.run_folder import RunFolder, changed_settings
 from .options import sweep_parser
 
@@ -56,11 +56,10 @@ logger = logging.getLogger(__name__)
 REQUIRED_KEYS = ("model", "output_dir", "tasks", "seeds", "variants")
 OPTIONAL_KEYS = ("config_dir", "settings", "launcher", "command", "folds", "requires")
 PER_TASK_KEY = "per_task"
-# The run commands a sweep launches: their `python -m` module and argument dataclasses.
-COMMANDS = {
-    "glue": ("tisa_hf.commands.glue", GLUE_ARGUMENTS),
-    "classify": ("tisa_hf.commands.classify", CLASSIFY_ARGUMENTS),
-}
+# The run commands a sweep launches, glue by default: their `python -m` module and argument dataclasses, from the
+# command table.
+SWEPT_COMMANDS = ("glue", "classify")
+COMMANDS = {name: (REGISTRY[name].launcher, load(REGISTRY[name].options)) for name in SWEPT_COMMANDS}
 
 
 @dataclass(frozen=True)
@@ -203,9 +202,7 @@ def plan(
     return runs
 
 
-def finished_changes(
-    output_dir: Path, flags: list[str], argument_types: tuple[type, ...] = GLUE_ARGUMENTS
-) -> list[str]:
+def finished_changes(output_dir: Path, flags: list[str], argument_types: tuple[type, ...]) -> list[str]:
     """`name: recorded -> planned` for each setting of the finished run in `output_dir` that `flags` now set
     otherwise (a UsageError naming the record when it cannot be read). Settings the record lacks (older
     versions) are not compared, nor step counts the flags leave to be resolved from epochs or a warm-up ratio."""

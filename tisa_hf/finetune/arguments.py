@@ -40,8 +40,8 @@ class ModelArguments:
     model: str = field(
         default="albert-base-v2",
         metadata={
-            "help": "Hub id or local folder of a BERT, RoBERTa, ALBERT, ELECTRA, XLM-RoBERTa or DistilBERT "
-            "checkpoint; 'minilm' is the packaged all-MiniLM-L6-v2."
+            "help": "Hub id or local folder of a checkpoint of an encoder TISA supports "
+            "(tisa_hf.supported_model_types()); 'minilm' is the packaged all-MiniLM-L6-v2."
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer id or folder (default: the model's)."})
@@ -323,16 +323,29 @@ def typed_config_values(values: dict[str, Any], dataclass_types: tuple[type, ...
     return typed
 
 
-def _dotted_aliases(argv: list[str]) -> list[str]:
-    """`--tisa.num_kernels` (and `--tisa.num-kernels`) -> `--tisa_num_kernels`, keeping `=value` parts."""
-    out = []
+def _dotted_aliases(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """`--tisa.num_kernels` (and `--tisa.num-kernels`) -> `--tisa_num_kernels`, keeping `=value` parts; and each
+    renamed option's spelling as typed (`--tisa_num_kernels` -> `--tisa.num_kernels`), for the errors."""
+    out, typed = [], {}
     for arg in argv:
         for section in NESTED_SECTIONS:
             if arg.startswith(f"--{section}."):
-                name, sep, value = arg[2:].partition("=")
-                arg = "--" + name.replace(".", "_").replace("-", "_") + sep + value
+                name, sep, value = arg.partition("=")
+                renamed = "--" + name[2:].replace(".", "_").replace("-", "_")
+                typed[renamed] = name
+                arg = renamed + sep + value
         out.append(arg)
-    return out
+    return out, typed
+
+
+def _as_typed(message: str, parser: argparse.ArgumentParser, typed: dict[str, str]) -> str:
+    """argparse names an option by all its spellings (`argument --tisa_num_kernels/--tisa-num-kernels: ...`); one
+    the user typed dotted is named as typed."""
+    for action in parser._actions:
+        spelled = [typed[name] for name in action.option_strings if name in typed]
+        if spelled:
+            message = message.replace(f"argument {'/'.join(action.option_strings)}:", f"argument {spelled[0]}:")
+    return message
 
 
 def parse_arguments(
@@ -353,10 +366,12 @@ def parse_arguments(
         "every option takes dashes or underscores, and the TISA ones also the --tisa.num_kernels spelling.",
     )
     parser.add_argument("--config", help="YAML file of settings; command-line options override it.")
+    argv, typed = _dotted_aliases(argv)
+    report = refuse or argparse.ArgumentParser.error
     if refuse is not None:
         pre.error = functools.partial(refuse, parser)
-        parser.error = functools.partial(refuse, parser)
-    known, rest = pre.parse_known_args(_dotted_aliases(argv))
+    parser.error = lambda message: report(parser, _as_typed(message, parser, typed))
+    known, rest = pre.parse_known_args(argv)
     if known.config:
         values = load_config_file(known.config)
         fields = {f.name for dtype in dataclass_types for f in dataclasses.fields(dtype)}
@@ -371,7 +386,8 @@ def parse_arguments(
         args=rest, return_remaining_strings=True, look_for_args_file=False
     )
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        as_typed = [typed.get(name, name) + sep + value for name, sep, value in (arg.partition("=") for arg in unknown)]
+        parser.error(f"unrecognized arguments: {' '.join(as_typed)}")
     return tuple(parsed[: len(dataclass_types)])
 
 

@@ -17,6 +17,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, errors
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
+from ..attaching import tisa_config_of
 from ..common.checkpoints import reads_any_length
 from ..common.hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..common.model_cards import (
@@ -36,9 +37,9 @@ from ..common.sentence_models import sentence_reading_length
 from ..counting import PositionalParameterCount, count_positional_parameters
 from ..errors import UsageError
 from ..model_configs import plain_model_config
-from ..patching import tisa_config_of
 from .push_options import push_parser
 from .run_folder import DOCUMENTS_KEY, METRICS_FILE, RunFolder
+from .task_tables import GLUE_HUB_DATASET, SQUAD_DATASETS, TASKS
 
 KERNEL_PLOT = "tisa_scoring_functions.png"
 METRICS_KEYS = ("config", "seed", "metrics", "versions", "wall_time_s")
@@ -66,8 +67,6 @@ IGNORE_PATTERNS = [
     "*random_states*",
 ]
 
-GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli")
-SQUAD_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2"}
 NOT_SCORES = ("total", "thresh")  # SQuAD v2 question counts and null-score thresholds
 
 
@@ -146,10 +145,10 @@ def eval_results(task: str, metrics: dict[str, Any]) -> tuple[str, list[EvalResu
     name = task.lower().replace("-", "")
     if name in SQUAD_DATASETS:
         dataset, config, task_type, label = SQUAD_DATASETS[name], None, "question-answering", task
-    elif name in GLUE_TASKS:
-        dataset, config, task_type, label = "nyu-mll/glue", name, "text-classification", f"GLUE {task.upper()}"
+    elif name in TASKS:
+        dataset, config, task_type, label = GLUE_HUB_DATASET, name, "text-classification", f"GLUE {task.upper()}"
     else:
-        raise UsageError(f"Unknown task {task!r}: a card covers the GLUE tasks ({', '.join(GLUE_TASKS)}) and squad.")
+        raise UsageError(f"Unknown task {task!r}: a card covers the GLUE tasks ({', '.join(TASKS)}) and squad.")
     results = [
         EvalResult(
             task_type=task_type,

@@ -24,12 +24,12 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
+from ..attaching import tisa_config_of
 from ..common.head_loading import load_under_head
 from ..common.hub_access import loading_errors, model_remedy
 from ..common.machine import machine, versions
 from ..common.model_cards import adaptation_of
 from ..errors import UsageError, usage_errors
-from ..patching import tisa_config_of
 from .arguments import (
     TisaArguments,
     TrainingArguments,

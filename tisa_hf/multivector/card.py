@@ -9,8 +9,8 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 from transformers import PreTrainedModel
 
+from ..attaching import tisa_config_of
 from ..common.model_cards import adaptation_of, base_model_id, model_section, tisa_section, title_section
-from ..patching import tisa_config_of
 
 
 def reading_section(documents: int, queries: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from ..attaching import model_table_length, tisa_config_of
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.sentence_models import (
     MODULES_FILE,
@@ -26,7 +27,6 @@ from ..common.sentence_models import (
 )
 from ..config import TisaConfig
 from ..errors import UsageError
-from ..patching import model_table_length, tisa_config_of
 from .card import multi_vector_model_card
 
 # The longest documents the project measures (`tisa-hf longembed`): what a replace-mode model reads by default.

@@ -14,11 +14,10 @@ Sections (all by default):
   interpolation (`plain`) and reading the input as 512-token chunks in one batch (`chunk`), all four interleaved;
   each time with the fastest and slowest repeat, tokens a second, and one step's peak memory.
 
-`--compile` adds each `train` and `infer` model compiled with `torch.compile` (Inductor, or `--compile-backend`):
-the plain and TISA models, eager and compiled, timed interleaved, each compile's wall time (its first step)
-reported apart, and the compiled ratio beside the eager one. `--sdpa-backend efficient` holds PyTorch's SDPA to
-its memory-efficient kernel, the one a Turing GPU (sm_75) runs TISA's bias on; fp16 training steps go through a
-GradScaler.
+`--compile` adds each `train` and `infer` model compiled with `torch.compile` (Inductor, or `--compile-backend`): the
+plain and TISA models, eager and compiled, timed interleaved, each compile's wall time (its first step) reported apart,
+and the compiled ratio beside the eager one. `--sdpa-backend efficient` holds PyTorch's SDPA to its memory-efficient
+attention kernel, the one a Turing GPU (sm_75) runs TISA's bias on; fp16 training steps go through a GradScaler.
 
 `--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
 
@@ -151,7 +150,7 @@ def peak_memory_of(case: ModelCase) -> dict[str, float]:
 
 
 def ran_out_of_memory(returncode: int, stderr: str) -> bool:
-    """Whether a memory worker died of memory: killed by the kernel's OOM killer (SIGKILL), or PyTorch's
+    """Whether a memory worker died of memory: killed by the operating system's OOM killer (SIGKILL), or PyTorch's
     allocation error ("CUDA out of memory", "DefaultCPUAllocator: not enough memory"). Any other failure is a
     bug and keeps its traceback."""
     return returncode == -signal.SIGKILL or "out of memory" in stderr or "not enough memory" in stderr

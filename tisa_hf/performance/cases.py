@@ -15,8 +15,8 @@ from transformers import AutoModel, BertConfig, BertForSequenceClassification, B
 from ..attention import BANDED, DEFAULT_SDPA_POLICY, SDPA_POLICY_KWARG
 from ..common.long_inputs import PositionInterpolation
 from ..config import TisaConfig
-from ..modeling import patch
 from ..packaged import minilm_path
+from ..patching import patch
 
 TISA_KERNELS = 5
 # `--sdpa-backend`: the backend a step is held to. "efficient" is what a Turing GPU (an RTX 2080, sm_75) runs TISA's

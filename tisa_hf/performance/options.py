@@ -74,7 +74,8 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="instead of timing: operator calls (and on CUDA kernels) and section times of one step of each variant",
+        help="instead of timing: operator calls (and on CUDA, GPU kernel launches) and section times of one step of "
+        "each variant",
     )
     parser.add_argument("--layers", type=positive_int, default=12, help="--profile: the model's layers (default 12)")
     parser.add_argument("--shape", type=batch_shape, default=(2, 128), help="--profile: batch x length (default 2x128)")

@@ -1,10 +1,10 @@
 """`tisa-hf bench --profile`: where one training and one inference step of a BERT-shaped model spend their operator
 calls and time, with and without TISA, under `torch.profiler`.
 
-Kernel launches bound TISA's cost on a GPU at BERT-base sizes (steps of 30-50 ms), so the number of operator calls
-is the proxy for that cost that a CPU can measure; on CUDA the device kernels and their time come too. The calls
-counted are top-level ATen calls (an `aten::` event inside no other `aten::` event): the operators Python
-dispatches, each one or more kernel launches on a GPU.
+GPU kernel launches bound TISA's cost on a GPU at BERT-base sizes (docs/performance.md), so the number of operator
+calls is the proxy for that cost that a CPU can measure; on CUDA the GPU kernel launches and their time come too. The
+calls counted are top-level ATen calls (an `aten::` event inside no other `aten::` event): the operators Python
+dispatches, each one or more GPU kernel launches.
 
 The time is split by labels the profile wraps around the code only while it records (`labelled_sections`), so the
 model code carries none: `bias` around every TISA bias computation (the offset tables, the Toeplitz copy, the merge
@@ -29,7 +29,7 @@ from .. import attention
 from ..attention import logits
 from ..config import TisaConfig
 from ..kernels import TisaPositionBias
-from ..modeling import patch
+from ..patching import patch
 from .cases import TISA_KERNELS, ModelCase, bert_base_config, step_function, synchronize
 
 BIAS, ATTENTION = "tisa: bias", "tisa: attention"
@@ -41,7 +41,7 @@ VARIANTS = ("stock", "TISA add", "TISA replace")
 @dataclass(frozen=True)
 class StepProfile:
     """Operator calls of one step, split into forward, backward and optimizer, and the sections' times in ms (device
-    time on CUDA, CPU time otherwise)."""
+    time on CUDA, CPU time otherwise); `device_kernels` counts the GPU kernel launches on CUDA (None elsewhere)."""
 
     variant: str
     phase: str
@@ -145,7 +145,7 @@ def summarize(variant: str, phase: str, events: list[FunctionEvent], on_device: 
         section: [node for node in nodes if forward_sections.get(node.sequence_nr) == section]
         for section in (BIAS, ATTENTION)
     }
-    kernels = sum(event.device_type == torch.autograd.DeviceType.CUDA for event in events)
+    gpu_kernel_launches = sum(event.device_type == torch.autograd.DeviceType.CUDA for event in events)
     bias_in_attention = [e for e in labelled[BIAS] if _outermost(e, ATTENTION) is not None]
     return StepProfile(
         variant=variant,
@@ -154,7 +154,7 @@ def summarize(variant: str, phase: str, events: list[FunctionEvent], on_device: 
         forward_calls=len(calls) - len(backward) - len(optimizer),
         backward_calls=len(backward),
         optimizer_calls=len(optimizer),
-        device_kernels=kernels if on_device else None,
+        device_kernels=gpu_kernel_launches if on_device else None,
         bias_ms=_time_ms(labelled[BIAS], on_device),
         attention_ms=_time_ms(labelled[ATTENTION], on_device) - _time_ms(bias_in_attention, on_device),
         attention_backward_ms=_time_ms(by_section[ATTENTION], on_device),
@@ -208,17 +208,17 @@ def format_profile(rows: list[StepProfile], layers: int) -> str:
     stock = {row.phase: row for row in rows if row.variant == "stock"}
     header = (
         f"{'variant':<13} {'phase':<6} {'calls':>6} {'fwd':>5} {'bwd':>5} {'optim':>5} {'a layer':>8} {'extra':>6}"
-        f" {'kernels':>8} {'bias ms':>8} {'attn ms':>8} {'attn bwd':>9} {'bias bwd':>9}"
+        f" {'launches':>8} {'bias ms':>8} {'attn ms':>8} {'attn bwd':>9} {'bias bwd':>9}"
     )
     lines = [header]
     for row in rows:
         model_calls = row.forward_calls + row.backward_calls
         base = stock[row.phase].forward_calls + stock[row.phase].backward_calls
-        kernels = "-" if row.device_kernels is None else str(row.device_kernels)
+        launches = "-" if row.device_kernels is None else str(row.device_kernels)
         lines.append(
             f"{row.variant:<13} {row.phase:<6} {row.calls:>6} {row.forward_calls:>5} {row.backward_calls:>5}"
             f" {row.optimizer_calls:>5} {model_calls / layers:>8.1f} {(model_calls - base) / layers:>6.1f}"
-            f" {kernels:>8} {row.bias_ms:>8.2f} {row.attention_ms:>8.2f} {row.attention_backward_ms:>9.2f}"
+            f" {launches:>8} {row.bias_ms:>8.2f} {row.attention_ms:>8.2f} {row.attention_backward_ms:>9.2f}"
             f" {row.bias_backward_ms:>9.2f}"
         )
     return "\n".join(lines)

@@ -83,7 +83,7 @@ def text_haystack(path: str | Path, tokenizer: PreTrainedTokenizerBase) -> Hayst
     try:
         articles = read_articles(path)
     except ValueError as error:
-        raise UsageError(f"--text: {error}") from None
+        raise UsageError(f"--text: {error}") from error
     sentences = [sentence for article in articles for sentence in SENTENCE_END.split(article) if sentence]
     return Haystack.from_sentences(tokenize_articles(sentences, tokenizer))
 

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from ...common.spellings import INTERP, TRUNC
+from ...common.spellings import INTERP
 from ...errors import UsageError
-from ..options import QMSUM_PASSAGES, passages_parser
+from ..options import QMSUM_PASSAGES, READINGS_TAKEN, passages_parser
 from ..systems import SystemSpec, check_readouts, parse_system
 from .corpus_task import CellsOf, Corpus, CorpusKind, CorpusRetrieval, JudgedCell, TaskCells
 from .passage_data import MeetingQueries, cut_windows, read_specific_queries
@@ -81,7 +81,7 @@ def check_systems(specs: list[str], window: int) -> None:
     models = [system for system in map(parse_system, specs) if isinstance(system, SystemSpec)]
     check_readouts(models, QMSUM_PASSAGES)
     for system in models:
-        if system.reading is TRUNC:
+        if system.reading not in READINGS_TAKEN[QMSUM_PASSAGES]:  # trunc:
             model = system.spelling.model
             raise UsageError(f"{system.spec}: a window read apart is chunk:'s reading; write chunk:{model}.")
         if not system.reading.one_pass and window > system.table_length:

@@ -43,7 +43,7 @@ def reading_meeting(file: Path, needs: str) -> Iterator[None]:
         raise UsageError(
             f"{file} is not a QMSum meeting ({error!r}); it needs meeting_transcripts of {{speaker, content}} turns "
             f"and {needs}."
-        ) from None
+        ) from error  # chained: where in the reading it failed
 
 
 def transcript(meeting: dict) -> str:

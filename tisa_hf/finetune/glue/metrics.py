@@ -9,7 +9,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from ...errors import UsageError
-from .data import get_task
+from ..task_tables import get_task
 
 Metric = Callable[[np.ndarray, np.ndarray], float]  # (predictions, labels) -> score
 

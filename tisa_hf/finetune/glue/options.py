@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..arguments import ModelArguments, TisaArguments, TrainingArguments, require_at_least
-
-GLUE_HUB_DATASET = "nyu-mll/glue"
+from ..task_tables import GLUE_HUB_DATASET, TASKS
 
 
 @dataclass
 class GlueDataArguments:
-    task: str = field(default="rte", metadata={"help": "GLUE task: cola sst2 mrpc stsb qqp mnli qnli rte wnli."})
+    task: str = field(default="rte", metadata={"help": f"GLUE task: {' '.join(TASKS)}."})
     data_dir: str | None = field(
         default=None, metadata={"help": "Folder of the original GLUE TSV files (the task folder or its parent)."}
     )

@@ -36,8 +36,9 @@ from ..recipe import (
 )
 from ..run_folder import PREDICTIONS_FILE
 from ..splits import first_examples
+from ..task_tables import GlueTask, get_task
 from ..trainer import fit, train_dataloader, unwrapped
-from .data import GlueTask, check_scorable, get_task, load_glue
+from .data import check_scorable, load_glue
 from .metrics import glue_metrics
 from .options import GLUE_ARGUMENTS, GlueDataArguments
 

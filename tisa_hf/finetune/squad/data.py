@@ -15,10 +15,10 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from ...common.hub_access import check_hub_dataset, loading_errors
 from ...errors import UsageError
 from ..splits import first_examples, no_examples, require_examples
+from ..task_tables import SQUAD_DATASETS, squad_task_name
 from .metrics import postprocess_predictions, squad_v1_scores, squad_v2_scores
 from .options import SquadArguments
 
-HUB_DATASETS = {False: "rajpurkar/squad", True: "rajpurkar/squad_v2"}
 SPLITS = ("train", "validation")
 
 SQUAD_FEATURES = Features(
@@ -109,7 +109,10 @@ def load_squad(
 ) -> DatasetDict:
     """`train` and `validation` splits: from the given JSON files, else from the Hub (`rajpurkar/squad[_v2]`)."""
     if train_file is None and validation_file is None:
-        name, remedy = HUB_DATASETS[version_2_with_negative], "pass --train-file and --validation-file (SQuAD JSON)"
+        name, remedy = (
+            SQUAD_DATASETS[squad_task_name(version_2_with_negative)],
+            "pass --train-file and --validation-file (SQuAD JSON)",
+        )
         check_hub_dataset(name, remedy)
         with loading_errors(name, remedy):
             loaded = load_dataset(name)

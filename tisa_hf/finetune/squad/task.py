@@ -32,6 +32,7 @@ from ..recipe import (
     run_record,
     started_run,
 )
+from ..task_tables import squad_task_name
 from ..trainer import fit, train_dataloader, unwrapped
 from .data import build_squad_task, check_windows, load_squad_data
 from .options import SQUAD_ARGUMENTS, SquadArguments
@@ -45,7 +46,7 @@ def main_score(metrics: dict[str, dict[str, float]]) -> float:
 
 
 def task_name(squad_args: SquadArguments) -> str:
-    return "squad_v2" if squad_args.version_2_with_negative else "squad"
+    return squad_task_name(squad_args.version_2_with_negative)
 
 
 class SquadEvaluator:
