@@ -101,6 +101,9 @@ def test_min_max_and_convex_fusion_keep_non_candidates_out():
     dense = np.array([[0.1, 0.3, 0.2]])
     np.testing.assert_allclose(convex_fusion(lexical, dense, 0.25), [[0.75, 0.25, 0.5]])
     np.testing.assert_allclose(convex_fusion(lexical, dense, 0.0), min_max(lexical))
+    among = np.array([[1.0, -np.inf, 3.0]])
+    for weight in (0.0, 0.5, 1.0):  # no 0 x inf: a document out of the candidates stays out at either end
+        np.testing.assert_array_equal(convex_fusion(among, among, weight), [[0.0, -np.inf, 1.0]])
 
 
 def test_every_readout_has_its_scorer():

@@ -159,8 +159,31 @@ def min_max(scores: np.ndarray) -> np.ndarray:
 
 def convex_fusion(lexical: np.ndarray, dense: np.ndarray, weight: float) -> np.ndarray:
     """The fused scores (queries x documents): `weight` times the dense system's min-max normalised scores plus
-    1 - `weight` times the lexical system's."""
-    return weight * min_max(np.asarray(dense, dtype=float)) + (1 - weight) * min_max(np.asarray(lexical, dtype=float))
+    1 - `weight` times the lexical system's; -inf where either is (no candidate of the query), at any weight."""
+    normalised = [min_max(np.asarray(scores, dtype=float)) for scores in (lexical, dense)]
+    candidate = np.isfinite(normalised[0]) & np.isfinite(normalised[1])
+    fused = weight * np.where(candidate, normalised[1], 0) + (1 - weight) * np.where(candidate, normalised[0], 0)
+    return np.where(candidate, fused, -np.inf)
+
+
+CONVEX_WEIGHTS = tuple(round(0.05 * step, 2) for step in range(21))
+
+
+def convex_weight_grid(lexical: np.ndarray, dense: np.ndarray, answers: Sequence[int]) -> dict[float, float]:
+    """nDCG@10 (one relevant document a query, `answers`) of convex fusion at each weight from 0 to 1 by 0.05:
+    what a weight is chosen from, on a development task."""
+    return {
+        weight: float(
+            np.mean([ndcg_at_10(rank) for rank in answer_ranks(convex_fusion(lexical, dense, weight), answers)])
+        )
+        for weight in CONVEX_WEIGHTS
+    }
+
+
+def chosen_weight(grid: dict[float, float]) -> float:
+    """The weight of the best nDCG@10, the smallest among ties (the nearest to BM25 alone)."""
+    best = max(grid.values())
+    return min(weight for weight, value in grid.items() if value == best)
 
 
 class LateInteraction:
