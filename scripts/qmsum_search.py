@@ -15,9 +15,10 @@ made of: the model folder, the indexes, the queries' vectors, the score matrices
 - `ndcg-NAME`: nDCG@10 over every summary of BM25, exact MaxSim per storage, each candidate stage (BM25 or the token
   stage, top N) then exact MaxSim, and convex fusion (over every meeting, and over BM25's top N), each with its
   per-query values and its paired difference to BM25 (the project's bootstrap over queries);
-- `latency`: `--latency-queries` summaries searched one at a time by the search command's own functions (encoding
-  the query and scoring; model, BM25 and stages loaded once), the configurations interleaved query by query, in the
-  threads the process is given (run it under `taskset -c 0,1` with OMP_NUM_THREADS=2 for two cores).
+- `latency-STORAGE`: `--latency-queries` summaries searched one at a time by the search command's own functions
+  (encoding the query, apart too, and scoring; model, BM25 and stages loaded once) on the `--latency-storage`
+  index, the configurations interleaved query by query, in the threads the process is given (run it under
+  `taskset -c 0,1` with OMP_NUM_THREADS=2 for two cores).
 
 The summary is OUT/search-qmsum.json and OUT/search-qmsum.md.
 
@@ -181,8 +182,9 @@ def ndcg_cells(args, cells, meetings, folders, vectors, weight) -> dict[str, dic
 
 
 def latency(args, cells, model, meetings, folders, weight) -> dict[str, Any]:
-    """`latency`: seconds a query, searched one at a time, the configurations interleaved."""
-    if (done := cells.done("latency")) is not None:
+    """`latency-STORAGE`: seconds a query, searched one at a time, the configurations interleaved."""
+    cell = f"latency-{args.latency_storage}"
+    if (done := cells.done(cell)) is not None:
         return done
     index = str(folders[args.latency_storage])
     record = finished_index(index)
@@ -192,8 +194,11 @@ def latency(args, cells, model, meetings, folders, weight) -> dict[str, Any]:
     step = max(1, len(meetings.queries) // args.latency_queries)
     sample = meetings.queries[::step][: args.latency_queries]
 
-    def search(query: str, how: str) -> None:
+    def search(query: str, how: str) -> float:
+        """Searches as `how` says; returns the seconds the query's encoding took."""
+        started = time.perf_counter()
         vectors = model.encode_query([query], convert_to_numpy=True, show_progress_bar=False)
+        encoding = time.perf_counter() - started
         if how == "exact":
             scores = exact_scores(vectors, stored, None)
         elif how == "tokens":
@@ -204,14 +209,16 @@ def latency(args, cells, model, meetings, folders, weight) -> dict[str, Any]:
             if how == "fused":
                 scores = convex_fusion(np.where(np.isfinite(scores), lexical, -np.inf), scores, weight)
         top_documents(scores, 10)
+        return encoding
 
     seconds: dict[str, list[float]] = {how: [] for how in ("exact", "bm25", "tokens", "fused")}
+    encoding: list[float] = []
     for number, query in enumerate(sample):
         for how in seconds:
             if how == "exact" and number >= args.latency_exact_queries:
                 continue  # seconds a query of exhaustive search: a few are enough to place it
             started = time.perf_counter()
-            search(query, how)
+            encoding.append(search(query, how))
             seconds[how].append(time.perf_counter() - started)
     summary = {
         how: {
@@ -219,10 +226,10 @@ def latency(args, cells, model, meetings, folders, weight) -> dict[str, Any]:
             "p50_ms": round(1000 * statistics.median(values)),
             "p95_ms": round(1000 * float(np.percentile(values, 95))),
         }
-        for how, values in seconds.items()
+        for how, values in {**seconds, "encoding_the_query": encoding}.items()
     }
     return cells.keep(
-        "latency",
+        cell,
         {
             "storage": args.latency_storage,
             "candidates": count,

@@ -96,11 +96,6 @@ def load_bm25(index: str):
     return bm25s.BM25.load(str(Path(index) / BM25_FOLDER))
 
 
-def bm25_candidates(bm25, queries: list[str], documents: int, count: int) -> np.ndarray:
-    """(queries, count): each query's `count` best of the `documents` documents by BM25."""
-    return top_documents(query_scores(bm25, queries, BM25_TOKENIZER, documents), count)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_out_file(args.out)
     record = finished_index(args.index)
