@@ -58,7 +58,14 @@ from tisa_hf.embeddings.retrieval.span_data import read_span_task
 from tisa_hf.multivector import save_multi_vector_encoder
 from tisa_hf.multivector.index import recompress
 from tisa_hf.multivector.index_folder import BM25_TOKENIZER, StoredVectors, finished_index
-from tisa_hf.multivector.search import TokenStage, candidate_scores, exact_scores, load_bm25, top_documents
+from tisa_hf.multivector.search import (
+    TokenStage,
+    candidate_scores,
+    encode_queries,
+    exact_scores,
+    load_bm25,
+    top_documents,
+)
 
 DOCUMENT_TOKENS = 32_768
 STORAGES = ("float16", "int8", "pq64", "pq32")
@@ -197,7 +204,7 @@ def latency(args, cells, model, meetings, folders, weight) -> dict[str, Any]:
     def search(query: str, how: str) -> float:
         """Searches as `how` says; returns the seconds the query's encoding took."""
         started = time.perf_counter()
-        vectors = model.encode_query([query], convert_to_numpy=True, show_progress_bar=False)
+        vectors = encode_queries(model, [query])
         encoding = time.perf_counter() - started
         if how == "exact":
             scores = exact_scores(vectors, stored, None)

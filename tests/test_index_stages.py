@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from test_index_search import TEXTS, corpus_file, index, index_argv, models, search  # noqa: F401
 
 from tisa_hf.embeddings.retrieval.ranking import convex_fusion
@@ -207,3 +208,26 @@ def test_too_few_vectors_for_a_codebook_are_refused_in_one_line(models, tmp_path
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("tisa-hf index: --dtype pq8 learns 256 centroids from the first part's token vectors, ")
     assert line.endswith("; give a larger --part-size, or store float16 or int8.")
+
+
+def test_queries_are_encoded_on_one_thread_and_the_callers_setting_is_restored(models, monkeypatch):  # noqa: F811
+    from tisa_hf.multivector.search import encode_queries
+
+    model, _ = models
+    encoder = MultiVectorEncoder(model, device="cpu")
+    seen = []
+    original = MultiVectorEncoder.encode_query
+    monkeypatch.setattr(
+        MultiVectorEncoder,
+        "encode_query",
+        lambda self, *a, **k: seen.append(torch.get_num_threads()) or original(self, *a, **k),
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        vectors = encode_queries(encoder, ["the sky is blue", "grass"])
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for got, reference in zip(vectors, original(encoder, ["the sky is blue", "grass"]), strict=True):
+        np.testing.assert_allclose(got, reference.numpy(), rtol=0, atol=1e-6)

@@ -71,6 +71,7 @@ def search_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--candidates",
         type=positive_int,
+        metavar="N",
         help="Score by MaxSim only each query's N best documents by the candidate stage, instead of every document "
         "(default: every document).",
     )

@@ -65,6 +65,20 @@ def check_model(args: argparse.Namespace, record: dict[str, Any]) -> Path:
     return folder
 
 
+def encode_queries(model, queries: list[str]) -> list[np.ndarray]:
+    """The queries' token vectors; on the CPU in one torch thread, the caller's setting restored: a query is a few
+    dozen tokens, products too small for threads to share, and on cores busy with other work two threads wait on
+    each other (a QMSum summary took 757 ms on two threads against 54 ms on one, medians of 10, 2-core VM at load
+    6-7; docs/results-longdoc.md)."""
+    threads = torch.get_num_threads()
+    if model.device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return model.encode_query(queries, convert_to_numpy=True, show_progress_bar=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def top_documents(scores: np.ndarray, top_k: int) -> np.ndarray:
     """(queries, k): each query's k best documents, best first, the earlier document first among ties."""
     return np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
@@ -112,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bm25 = load_bm25(args.index) if args.candidate_stage == "bm25" or args.fuse is not None else None
     stage = TokenStage(args.index, record, args.probes) if args.candidate_stage == "tokens" else None
     loaded = time.perf_counter()
-    vectors = model.encode_query(queries, convert_to_numpy=True, show_progress_bar=False)
+    vectors = encode_queries(model, queries)
     encoded = time.perf_counter()
     products_on = None if device.type == "cpu" else device  # LateInteraction: numpy on the CPU
     lexical = None if bm25 is None else query_scores(bm25, queries, BM25_TOKENIZER, len(stored))
