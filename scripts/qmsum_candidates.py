@@ -1,12 +1,16 @@
-"""BM25 candidates re-ranked by late interaction on QMSum, from the committed scores of `tisa-hf qmsum`: no model
-runs.
+"""BM25 candidates re-ranked by late interaction, and convex fusion of BM25 and late interaction, on QMSum, from
+the committed scores of `tisa-hf qmsum`: no model runs.
 
-For each query, BM25's N best meetings (BM25's order, the earlier meeting first among ties) are ranked by a `late:`
-system's MaxSim scores and placed above every other meeting, which keep BM25's order: what `tisa-hf search
---candidates N` returns. Printed per N: the recall of the candidates (the query's meeting among them) and nDCG@10
-(the query's rank as the retrieval commands count it, ties against it), beside BM25 and the exact `late:` system.
+Re-ranking: for each query, BM25's N best meetings (BM25's order, the earlier meeting first among ties) are ranked by
+a `late:` system's MaxSim scores and placed above every other meeting, which keep BM25's order: what `tisa-hf search
+--candidates N` returns. Convex fusion (`convex:W:bm25+SYSTEM`, `tisa-hf search --fuse W`): W times the late
+system's min-max normalised scores plus 1 - W times BM25's, W chosen on the development task, never on QMSum: the
+best nDCG@10 on a grid of 0.05 (the smallest among ties) of the same fusion in a `tisa-hf spans` run (`--dev`) that
+measured `bm25` and the system. Printed per system: nDCG@10 of each, with its paired difference to BM25 (95%
+bootstrap interval over the queries), and the candidates' recall of the query's meeting.
 
-    python scripts/qmsum_candidates.py
+    tisa-hf spans bm25 late:chunk:minilm --span-words 8 --out dev-spans/
+    python scripts/qmsum_candidates.py --dev dev-spans/ --systems late:chunk:minilm
 """
 
 from __future__ import annotations
@@ -16,38 +20,68 @@ from pathlib import Path
 
 import numpy as np
 
+from tisa_hf.common.paired import paired_per_query
 from tisa_hf.common.result_files import scores_path
+from tisa_hf.embeddings.retrieval.corpus_task import CELL
 from tisa_hf.embeddings.retrieval.qmsum_data import read_meetings
-from tisa_hf.embeddings.retrieval.ranking import answer_ranks, ndcg_at_10
+from tisa_hf.embeddings.retrieval.ranking import (
+    answer_ranks,
+    chosen_weight,
+    convex_fusion,
+    convex_weight_grid,
+    ndcg_at_10,
+)
+from tisa_hf.embeddings.retrieval.span_data import read_span_task
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-minilm"
 SYSTEMS = ("late:runs/adapt-minilm/s5-all", "late:chunk:minilm")
 
 
-def ndcg(scores: np.ndarray, answers: list[int]) -> float:
-    return 100 * float(np.mean([ndcg_at_10(rank) for rank in answer_ranks(scores, answers)]))
+def ndcg(scores: np.ndarray, answers: list[int]) -> list[float]:
+    return [100 * ndcg_at_10(rank) for rank in answer_ranks(scores, answers)]
+
+
+def line(name: str, values: list[float], reference: list[float]) -> str:
+    paired = paired_per_query(values, reference, 1000, 0)
+    return (
+        f"{name}: nDCG@10 {np.mean(values):.1f}, minus BM25 {paired['difference']:+.1f} "
+        f"[{paired['low']:+.1f}, {paired['high']:+.1f}]"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/longdoc/qmsum")
     parser.add_argument("--candidates", type=int, nargs="+", default=[3, 5, 10, 20, 50])
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS))
+    parser.add_argument("--dev", help="A tisa-hf spans run of bm25 and the systems: convex fusion's weight.")
+    parser.add_argument("--dev-data", default="../shared/text/wikitext-2/test.txt")
+    parser.add_argument("--dev-span-words", type=int, default=8, help="The --span-words of the --dev run.")
     args = parser.parse_args()
     answers = read_meetings(args.data).answers
-    bm25 = np.load(scores_path(RECORDS, "bm25", "qmsum"))
+    bm25 = np.load(scores_path(RECORDS, "bm25", CELL))
+    reference = ndcg(bm25, answers)
     order = np.argsort(-bm25, axis=1, kind="stable")
     rows = np.arange(len(bm25))[:, None]
-    print(f"bm25: nDCG@10 {ndcg(bm25, answers):.1f}")
-    for system in SYSTEMS:
-        late = np.load(scores_path(RECORDS, system, "qmsum"))
-        print(f"{system}: exact nDCG@10 {ndcg(late, answers):.1f}")
+    print(f"bm25: nDCG@10 {np.mean(reference):.1f}")
+    for system in args.systems:
+        late = np.load(scores_path(RECORDS, system, CELL))
+        print(line(f"{system}, exact", ndcg(late, answers), reference))
         for count in args.candidates:
             candidates = order[:, :count]
             # BM25's ranks below every candidate; the candidates by late interaction above them all
             reranked = -np.argsort(order, axis=1).astype(float) - 10.0
             reranked[rows, candidates] = late[rows, candidates]
             recall = 100 * np.mean([answer in row for answer, row in zip(answers, candidates, strict=True)])
-            print(f"  BM25 top {count}: recall {recall:.1f}, nDCG@10 {ndcg(reranked, answers):.1f}")
+            print(f"  {line(f'BM25 top {count} re-ranked', ndcg(reranked, answers), reference)}; recall {recall:.1f}")
+        if args.dev:
+            dev_answers = read_span_task(args.dev_data, span_words=args.dev_span_words).answers
+            dev = [np.load(scores_path(Path(args.dev), name, CELL)) for name in ("bm25", system)]
+            grid = convex_weight_grid(*dev, dev_answers)
+            weight = chosen_weight(grid)
+            print(f"  development task: {' '.join(f'{w}:{100 * v:.1f}' for w, v in grid.items())}")
+            fused = ndcg(convex_fusion(bm25, late, weight), answers)
+            print(f"  {line(f'convex:{weight}:bm25+{system}', fused, reference)}")
 
 
 if __name__ == "__main__":

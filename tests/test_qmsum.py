@@ -96,8 +96,8 @@ def loaded(monkeypatch):
 
 def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(workspace, tmp_path, loaded):
     tiny = str(workspace / "tiny")
-    chunk, hybrid = f"chunk:{tiny}", f"hybrid:bm25+chunk:{tiny}"
-    record = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, "--paired", chunk))
+    chunk, hybrid, convex = f"chunk:{tiny}", f"hybrid:bm25+chunk:{tiny}", f"convex:0.3:bm25+chunk:{tiny}"
+    record = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, convex, "--paired", chunk))
     assert loaded == [chunk]
     meetings = read_meetings(workspace / "qmsum")
     lexical = bm25_scores(meetings.documents, meetings.queries, "english")
@@ -105,6 +105,13 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
     dense = np.load(scores_path(tmp_path / "out", chunk, "qmsum"))
     fused = reciprocal_rank_fusion(lexical, dense)
     assert record["results"][hybrid]["ranks"] == answer_ranks(fused, meetings.answers)
+    normalised = [
+        (scores - scores.min(1, keepdims=True)) / np.ptp(scores, 1, keepdims=True) for scores in (lexical, dense)
+    ]
+    np.testing.assert_allclose(
+        np.load(scores_path(tmp_path / "out", convex, "qmsum")), 0.7 * normalised[0] + 0.3 * normalised[1]
+    )
+    assert record["systems"][convex] == {"model": None, "reading": "hybrid", "fuses": ["bm25", chunk], "weight": 0.3}
     for name, result in record["results"].items():
         assert result["ndcg_at_10"] == pytest.approx(np.mean(per_query("ndcg_at_10", result["ranks"]))), name
         assert len(result["ranks"]) == 10
@@ -120,7 +127,7 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
 
     loaded.clear()
     trunc = f"trunc:{tiny}"
-    again = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, trunc, "--paired", chunk))
+    again = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, convex, trunc, "--paired", chunk))
     assert loaded == [trunc] and again["results"]["bm25"] == record["results"]["bm25"]
 
 
@@ -174,6 +181,12 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
         (
             f"hybrid:chunk:{tiny}+bm25",
         ): f"hybrid:chunk:{tiny}+bm25: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm.",
+        (f"convex:0.5:bm25+chunk:{tiny}", f"chunk:{tiny}"): (
+            f"convex:0.5:bm25+chunk:{tiny} fuses the scores of bm25 and chunk:{tiny}; give bm25 among the systems too."
+        ),
+        ("convex:1.5:bm25+minilm",): (
+            "convex:1.5:bm25+minilm: write convex:W:BM25+SYSTEM, W from 0 to 1, e.g. convex:0.3:bm25+late:chunk:minilm."
+        ),
         (tiny, "--max-tokens", "150"): (  # the longest meeting, cut at 150 tokens
             f"{tiny} cannot read 150 tokens: its position table holds 32 and it has no TISA. Give lengths up to 32, "
             f"or read longer documents with trunc:{tiny}, chunk:{tiny}, interp:{tiny} or a replace-mode model."

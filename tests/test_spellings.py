@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tisa_hf.common.spellings import CHUNK, INTERP, LATE, MAX, MEAN, READOUTS, TRUNC, WHOLE, parse_spelling
@@ -76,12 +77,33 @@ def test_longer_readings_keep_the_readout_and_the_readings_it_takes():
 
 
 def test_a_hybrid_splits_after_its_bm25_part_so_a_model_name_may_hold_a_plus():
-    assert split_hybrid("hybrid:bm25+chunk:runs/a+b") == ("bm25", "chunk:runs/a+b")
-    assert split_hybrid("hybrid:bm25:plain+late:minilm") == ("bm25:plain", "late:minilm")
+    assert split_hybrid("hybrid:bm25+chunk:runs/a+b") == ("bm25", "chunk:runs/a+b", None)
+    assert split_hybrid("hybrid:bm25:plain+late:minilm") == ("bm25:plain", "late:minilm", None)
+    assert split_hybrid("convex:0.25:bm25+late:runs/a+b") == ("bm25", "late:runs/a+b", 0.25)
+    assert split_hybrid("convex:1:bm25:plain+minilm") == ("bm25:plain", "minilm", 1.0)
     assert split_hybrid("chunk:minilm") is None
     with pytest.raises(UsageError) as error:
         split_hybrid("hybrid:chunk:minilm+bm25")
     assert str(error.value) == "hybrid:chunk:minilm+bm25: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm."
+    convex_form = "write convex:W:BM25+SYSTEM, W from 0 to 1, e.g. convex:0.3:bm25+late:chunk:minilm."
+    for spec in ("convex:bm25+minilm", "convex:-0.1:bm25+minilm", "convex:0.5:minilm+bm25", "convex:nan:bm25+x"):
+        with pytest.raises(UsageError) as error:
+            split_hybrid(spec)
+        assert str(error.value) == f"{spec}: {convex_form}", spec
+
+
+def test_min_max_and_convex_fusion_keep_non_candidates_out():
+    from tisa_hf.embeddings.retrieval.ranking import convex_fusion, min_max
+
+    scores = np.array([[2.0, 4.0, -np.inf, 3.0], [5.0, 5.0, 5.0, 5.0]])
+    np.testing.assert_array_equal(min_max(scores), [[0.0, 1.0, -np.inf, 0.5], [0.0, 0.0, 0.0, 0.0]])
+    lexical = np.array([[10.0, 0.0, 5.0]])
+    dense = np.array([[0.1, 0.3, 0.2]])
+    np.testing.assert_allclose(convex_fusion(lexical, dense, 0.25), [[0.75, 0.25, 0.5]])
+    np.testing.assert_allclose(convex_fusion(lexical, dense, 0.0), min_max(lexical))
+    among = np.array([[1.0, -np.inf, 3.0]])
+    for weight in (0.0, 0.5, 1.0):  # no 0 x inf: a document out of the candidates stays out at either end
+        np.testing.assert_array_equal(convex_fusion(among, among, weight), [[0.0, -np.inf, 1.0]])
 
 
 def test_every_readout_has_its_scorer():

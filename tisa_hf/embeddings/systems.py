@@ -6,9 +6,10 @@ pooling) reading texts in the pieces its reading cuts (`Embedder`); every embedd
 compared by cosine. What a retrieval command keeps of a document and how it scores it is the read-out's
 (`retrieval/readouts.py`). Queries are read the same way as documents.
 
-Two systems embed nothing (the retrieval commands take them; `lexical.py`, `retrieval/ranking.py`):
-`bm25` (`bm25:TOKENIZER`), BM25 over the documents' text, and `hybrid:BM25+SYSTEM`, reciprocal-rank fusion
-(k = 60) of the rankings of a BM25 system and a model system, both given as systems of the same run too.
+Three systems embed nothing (the retrieval commands take them; `lexical.py`, `retrieval/ranking.py`):
+`bm25` (`bm25:TOKENIZER`), BM25 over the documents' text, and the fusions of a BM25 system and a model system,
+both given as systems of the same run too: `hybrid:BM25+SYSTEM`, reciprocal-rank fusion (k = 60) of their
+rankings, and `convex:W:BM25+SYSTEM`, convex fusion of their normalised scores.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..common.sentence_models import SentenceTransformer, require_sentence_trans
 from ..common.spellings import Reading, Readout, Spelling, parse_spelling, spoken_list
 from ..config import TisaConfig
 from ..errors import UsageError
-from .lexical import bm25_tokenizer, is_lexical, split_hybrid
+from .lexical import CONVEX_FORM, HYBRID_FORM, bm25_tokenizer, is_lexical, split_hybrid
 from .options import READOUTS_TAKEN
 
 
@@ -98,11 +99,13 @@ class LexicalSpec:
 
 @dataclass(frozen=True)
 class HybridSpec:
-    """Reciprocal-rank fusion of a BM25 system's ranking and a model system's, by their spellings."""
+    """A fusion of a BM25 system and a model system, by their spellings: of their rankings (reciprocal-rank fusion,
+    `weight` None) or of their scores (convex fusion, the model system's `weight`)."""
 
     spec: str
     lexical: str
     dense: str
+    weight: float | None = None
 
 
 RetrievalSystem = SystemSpec | LexicalSpec | HybridSpec
@@ -115,20 +118,21 @@ def parse_system(spec: str) -> RetrievalSystem:
     parts = split_hybrid(spec)
     if parts is not None:
         if not isinstance(parse_system(parts[1]), SystemSpec):
-            raise UsageError(f"{spec}: write hybrid:BM25+SYSTEM, e.g. hybrid:bm25+chunk:minilm.")
+            raise UsageError(f"{spec}: {HYBRID_FORM if parts[2] is None else CONVEX_FORM}.")
         return HybridSpec(spec, *parts)
     return SystemSpec.parse(spec)
 
 
 def check_hybrid_parts(systems: list[RetrievalSystem]) -> None:
-    """Every hybrid's two systems are measured in the same run (the hybrid fuses their rankings)."""
+    """Every fusion's two systems are measured in the same run (it fuses their rankings or scores)."""
     given = {system.spec for system in systems}
     for system in systems:
         if isinstance(system, HybridSpec):
             missing = [part for part in (system.lexical, system.dense) if part not in given]
             if missing:
+                fused = "rankings" if system.weight is None else "scores"
                 raise UsageError(
-                    f"{system.spec} fuses the rankings of {system.lexical} and {system.dense}; give "
+                    f"{system.spec} fuses the {fused} of {system.lexical} and {system.dense}; give "
                     f"{' and '.join(missing)} among the systems too."
                 )
 

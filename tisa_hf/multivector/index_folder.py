@@ -1,10 +1,14 @@
 """A token-vector index's folder, the only code that knows its files: `index.json` (the settings, the model's
 folder and fingerprint, the parts done and the totals), `shards/NNNNN.npy` (a part's documents' token vectors,
 one row a token, documents one after another, stored as `compression.py` says: fp16, or int8 codes with
-`shards/NNNNN-scales.npy`) with `shards/NNNNN-counts.npy` (each document's row count),
+`shards/NNNNN-scales.npy`, or `pqM` codes under `codebook.npy`, learned from the first part) with
+`shards/NNNNN-counts.npy` (each document's row count),
 `offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end) and `bm25/`
 (bm25s' BM25 index of the documents' text, English stopwords removed, for `tisa-hf search --candidates`), written
-when every part is done.
+when every part is done. With --token-centroids, `token-candidates/` holds the approximate candidate stage
+(`token_candidates.py`): `centroids.npy`, learned from the first part, each part's documents' centroids
+(`NNNNN-centroids.npy` with `NNNNN-centroid-counts.npy`) and, once every part is done, the postings from centroids
+to documents (`postings-starts.npy`, `postings-documents.npy`).
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from .compression import decompress
+from .compression import decompress, pq_bytes
 
 INDEX_FILE = "index.json"
 OFFSETS_FILE = "offsets.npy"
 SHARDS_FOLDER = "shards"
+CODEBOOK_FILE = "codebook.npy"
+TOKEN_CANDIDATES_FOLDER = "token-candidates"
+MODEL_WEIGHTS_CONFIG = "config.json"
 BM25_FOLDER = "bm25"
 BM25_TOKENIZER = "english"
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"
@@ -49,6 +56,50 @@ def model_fingerprint(folder: Path) -> str:
             digest.update(str(file.relative_to(folder)).encode())
             digest.update(file.read_bytes())
     return digest.hexdigest()
+
+
+def model_files(folder: Path) -> dict[str, list[int]]:
+    """The size and modification time (ns) of each file `model_fingerprint` reads: an index records them with the
+    fingerprint, so that a search finds the same files unchanged without reading them again."""
+    return {
+        str(file.relative_to(folder)): [file.stat().st_size, file.stat().st_mtime_ns]
+        for file in sorted(folder.rglob("*"))
+        if file.is_file() and file.suffix in FINGERPRINTED
+    }
+
+
+def is_index_model(folder: Path, record: dict[str, Any]) -> bool:
+    """Whether `folder` holds the weights and settings the index in `record` was built with: its files unchanged
+    since the index fingerprinted them (their sizes and times, as make and git compare files), or else the same
+    fingerprint (a copied or touched folder is read again)."""
+    if record.get("model_files") == model_files(folder):
+        return True
+    return model_fingerprint(folder) == record["settings"]["model_sha256"]
+
+
+def model_dimension(folder: Path) -> int:
+    """The token vectors' length, from the encoder's config alone (the folder's Transformer module)."""
+    return json.loads((folder / MODEL_WEIGHTS_CONFIG).read_text(encoding="utf-8"))["hidden_size"]
+
+
+def codebook_path(out: Path) -> Path:
+    return out / CODEBOOK_FILE
+
+
+def centroids_path(out: Path) -> Path:
+    return out / TOKEN_CANDIDATES_FOLDER / "centroids.npy"
+
+
+def postings_path(out: Path, name: str) -> Path:
+    return out / TOKEN_CANDIDATES_FOLDER / f"postings-{name}.npy"
+
+
+def document_centroids_path(out: Path, part: int) -> Path:
+    return out / TOKEN_CANDIDATES_FOLDER / f"{part:05d}-centroids.npy"
+
+
+def centroid_counts_path(out: Path, part: int) -> Path:
+    return out / TOKEN_CANDIDATES_FOLDER / f"{part:05d}-centroid-counts.npy"
 
 
 def vectors_path(out: Path, part: int) -> Path:
@@ -89,6 +140,7 @@ class StoredVectors(Sequence[np.ndarray]):
         self.shards = [np.load(vectors_path(out, part), mmap_mode="r") for part in parts]
         scaled = record["settings"]["dtype"] == "int8"
         self.scales = [np.load(scales_path(out, part), mmap_mode="r") if scaled else None for part in parts]
+        self.codebook = np.load(codebook_path(out)) if pq_bytes(record["settings"]["dtype"]) else None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -98,4 +150,4 @@ class StoredVectors(Sequence[np.ndarray]):
         first = self.offsets[part * self.part_size]
         rows = slice(self.offsets[document] - first, self.offsets[document + 1] - first)
         scales = self.scales[part]
-        return decompress(self.shards[part][rows], None if scales is None else scales[rows])
+        return decompress(self.shards[part][rows], None if scales is None else scales[rows], self.codebook)

@@ -6,8 +6,24 @@ from __future__ import annotations
 import argparse
 
 from ..common.options import add_device_argument, positive_int
+from ..embeddings.lexical import fusion_weight
 from ..embeddings.options import add_encoding_arguments, new_parser
-from .compression import DTYPES
+from .compression import DTYPES, is_dtype
+
+
+def unit_interval(text: str) -> float:
+    """An argparse type: a number from 0 to 1 (a fusion's weight)."""
+    weight = fusion_weight(text)
+    if weight is None:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return weight
+
+
+def dtype(text: str) -> str:
+    """An argparse type: a storage `compression.py` knows."""
+    if not is_dtype(text):
+        raise argparse.ArgumentTypeError(f"write float16, int8 or pqM (M bytes a token), got {text!r}")
+    return text
 
 
 def index_parser() -> argparse.ArgumentParser:
@@ -23,10 +39,19 @@ def index_parser() -> argparse.ArgumentParser:
     add_encoding_arguments(parser, "Folder of the index: index.json, offsets.npy and shards/.")
     parser.add_argument(
         "--dtype",
-        choices=DTYPES,
+        type=dtype,
         default=DTYPES[0],
-        help="How a token vector is stored: float16 (2 bytes a number) or int8 (1 byte a number and a float32 scale "
-        "a token).",
+        metavar="{" + ",".join(DTYPES) + "}",
+        help="How a token vector is stored: float16 (2 bytes a number), int8 (1 byte a number and a float32 scale "
+        "a token) or pqM, product quantization by faiss (M bytes a token: M sub-vectors, each one of 256 centroids "
+        "learned from the first part; pq64 for MiniLM's 384 numbers).",
+    )
+    parser.add_argument(
+        "--token-centroids",
+        type=positive_int,
+        help="Also build the approximate candidate stage over token vectors for tisa-hf search --candidate-stage "
+        "tokens: at most this many k-means centroids (faiss) learned from the first part, 40 token vectors a "
+        "centroid (4096 is a fair start; default: none built).",
     )
     return parser
 
@@ -46,8 +71,30 @@ def search_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--candidates",
         type=positive_int,
-        help="Score only each query's N best documents by BM25 (the index's text, English stopwords removed) by "
-        "MaxSim, instead of every document (default: every document).",
+        metavar="N",
+        help="Score by MaxSim only each query's N best documents by the candidate stage, instead of every document "
+        "(default: every document).",
+    )
+    parser.add_argument(
+        "--candidate-stage",
+        choices=("bm25", "tokens"),
+        default="bm25",
+        help="How --candidates are found: bm25, BM25 on the index's text (English stopwords removed); tokens, the "
+        "approximate search over token vectors the index was built with (tisa-hf index --token-centroids).",
+    )
+    parser.add_argument(
+        "--probes",
+        type=positive_int,
+        default=8,
+        help="--candidate-stage tokens: the centroids each query token looks in.",
+    )
+    parser.add_argument(
+        "--fuse",
+        type=unit_interval,
+        metavar="W",
+        help="Rank by convex fusion instead of MaxSim alone: W times the MaxSim scores plus 1 - W times BM25's, "
+        "each min-max normalised over the query's scored documents (the convex:W:BM25+SYSTEM system of the "
+        "retrieval commands).",
     )
     parser.add_argument(
         "--model",

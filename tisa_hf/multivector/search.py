@@ -2,12 +2,14 @@
 MaxSim, written as JSON.
 
 Everything is checked before the model loads: the index is there and finished, the queries are read (a file as
-`tisa-hf encode` reads a corpus, the query under --query-field), and the model is the one that built the index (its
-fingerprint in `index.json`). The queries are encoded by the index's `MultiVectorEncoder` and scored against the
-documents' stored vectors (memory-mapped, read a document at a time) by the `late:` read-out's MaxSim
-(`embeddings/retrieval/ranking.py`): every document, or with --candidates N only each query's N best by BM25 (the
-index's `bm25/`), which costs N documents' products a query instead of the corpus'. Ties rank the earlier document
-first.
+`tisa-hf encode` reads a corpus, the query under --query-field), the candidate stage asked for is the index's, and
+the model is the one that built the index (its files as `index.json` recorded them, or else its fingerprint). The
+queries are encoded by the index's `MultiVectorEncoder` and scored against the documents' stored vectors
+(memory-mapped, read a document at a time) by the `late:` read-out's MaxSim (`embeddings/retrieval/ranking.py`):
+every document, or with --candidates N only each query's N best by the candidate stage, BM25 (the index's `bm25/`)
+or the approximate search over token vectors (`token_candidates.py`), which costs N documents' products a query
+instead of the corpus'. With --fuse W, the MaxSim scores are fused with BM25's (convex fusion, `ranking.py`). Ties
+rank the earlier document first.
 """
 
 from __future__ import annotations
@@ -28,18 +30,21 @@ from ..common.result_files import write_record
 from ..common.sentence_models import require_sentence_transformers
 from ..embeddings.encode import read_documents
 from ..embeddings.lexical import query_scores
-from ..embeddings.retrieval.ranking import LateInteraction
+from ..embeddings.retrieval.ranking import LateInteraction, convex_fusion
 from ..errors import UsageError
 from .index_folder import (
     BM25_FOLDER,
     BM25_TOKENIZER,
     INDEX_FILE,
     StoredVectors,
+    centroids_path,
     check_multi_vector_folder,
     finished_index,
-    model_fingerprint,
+    is_index_model,
+    postings_path,
 )
 from .options import search_parser
+from .token_candidates import Postings, approximate_scores
 
 
 def read_queries(args: argparse.Namespace) -> list[str]:
@@ -53,12 +58,26 @@ def read_queries(args: argparse.Namespace) -> list[str]:
 def check_model(args: argparse.Namespace, record: dict[str, Any]) -> Path:
     """The index's model folder (--model where it has moved), holding the weights and settings that built it."""
     folder = check_multi_vector_folder(args.model or record["settings"]["model"])
-    if model_fingerprint(folder) != record["settings"]["model_sha256"]:
+    if not is_index_model(folder, record):
         raise UsageError(
             f"{folder} is not the model {Path(args.index) / INDEX_FILE} was built with (its weights or settings "
             "differ); search with that model, or rebuild the index with this one."
         )
     return folder
+
+
+def encode_queries(model, queries: list[str]) -> list[np.ndarray]:
+    """The queries' token vectors; on the CPU in one torch thread, the caller's setting restored: a query is a few
+    dozen tokens, products too small for threads to share, and on cores busy with other work two threads wait on
+    each other (a QMSum summary took 757 ms on two threads against 54 ms on one, medians of 10, 2-core VM at load
+    6-7; docs/results-longdoc.md)."""
+    threads = torch.get_num_threads()
+    if model.device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return model.encode_query(queries, convert_to_numpy=True, show_progress_bar=False)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def top_documents(scores: np.ndarray, top_k: int) -> np.ndarray:
@@ -92,19 +111,11 @@ def load_bm25(index: str):
     return bm25s.BM25.load(str(Path(index) / BM25_FOLDER))
 
 
-def bm25_candidates(bm25, queries: list[str], documents: int, count: int) -> np.ndarray:
-    """(queries, count): each query's `count` best of the `documents` documents by BM25."""
-    return top_documents(query_scores(bm25, queries, BM25_TOKENIZER, documents), count)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_out_file(args.out)
     record = finished_index(args.index)
     queries = read_queries(args)
-    if args.candidates is not None and args.candidates < args.top_k:
-        raise UsageError(
-            f"--candidates {args.candidates} is fewer than --top-k {args.top_k}; ask for at least as many candidates."
-        )
+    check_stages(args, record)
     model_folder = check_model(args, record)
     require_sentence_transformers()
     from sentence_transformers import MultiVectorEncoder
@@ -112,15 +123,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = checked_device(args.device or "cpu")
     started = time.perf_counter()
     model = MultiVectorEncoder(str(model_folder), device=str(device))
-    loaded = time.perf_counter()
     stored = StoredVectors(args.index, record)
-    vectors = model.encode_query(queries, convert_to_numpy=True, show_progress_bar=False)
+    bm25 = load_bm25(args.index) if args.candidate_stage == "bm25" or args.fuse is not None else None
+    stage = TokenStage(args.index, record, args.probes) if args.candidate_stage == "tokens" else None
+    loaded = time.perf_counter()
+    vectors = encode_queries(model, queries)
+    encoded = time.perf_counter()
     products_on = None if device.type == "cpu" else device  # LateInteraction: numpy on the CPU
+    lexical = None if bm25 is None else query_scores(bm25, queries, BM25_TOKENIZER, len(stored))
     if args.candidates is None:
+        chosen = time.perf_counter()
         scores = exact_scores(vectors, stored, products_on)
     else:
-        candidates = bm25_candidates(load_bm25(args.index), queries, len(stored), args.candidates)
+        candidates = (
+            top_documents(lexical, args.candidates)
+            if stage is None
+            else np.stack([stage.candidates(query, args.candidates) for query in vectors])
+        )
+        chosen = time.perf_counter()
         scores = candidate_scores(vectors, candidates, stored, products_on)
+    if args.fuse is not None:
+        scores = convex_fusion(np.where(np.isfinite(scores), lexical, -np.inf), scores, args.fuse)
     top = top_documents(scores, args.top_k)
     searched = time.perf_counter()
     return {
@@ -128,9 +151,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": str(model_folder),
         "similarity": record["similarity"],
         "candidates": args.candidates,
+        "candidate_stage": None if args.candidates is None else args.candidate_stage,
+        "fuse": args.fuse,
         "top_k": args.top_k,
         "seconds_a_query": round((searched - loaded) / len(queries), 4),
-        "model_load_s": round(loaded - started, 2),
+        "seconds": {
+            "load": round(loaded - started, 2),
+            "encode_queries": round(encoded - loaded, 4),
+            "candidates": round(chosen - encoded, 4),
+            "maxsim": round(searched - chosen, 4),
+        },
         "results": [
             {
                 "query": query,
@@ -139,6 +169,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for row, (query, best) in enumerate(zip(queries, top, strict=True))
         ],
     }
+
+
+def check_stages(args: argparse.Namespace, record: dict[str, Any]) -> None:
+    """The candidate stage asked for can run on this index, and gives at least --top-k documents."""
+    if args.candidates is not None and args.candidates < args.top_k:
+        raise UsageError(
+            f"--candidates {args.candidates} is fewer than --top-k {args.top_k}; ask for at least as many candidates."
+        )
+    if args.candidate_stage == "tokens" and not record["settings"].get("token_centroids"):
+        raise UsageError(
+            f"{args.index} has no token candidate stage; rebuild it with tisa-hf index --token-centroids 4096, or "
+            "use --candidate-stage bm25."
+        )
+
+
+class TokenStage:
+    """The index's approximate candidate stage over token vectors (`token_candidates.py`), loaded once."""
+
+    def __init__(self, index: str, record: dict[str, Any], probes: int) -> None:
+        out = Path(index)
+        self.centroids = np.load(centroids_path(out))
+        self.postings = Postings(np.load(postings_path(out, "starts")), np.load(postings_path(out, "documents")))
+        self.documents, self.probes = record["documents"], min(probes, len(self.centroids))
+
+    def candidates(self, query: np.ndarray, count: int) -> np.ndarray:
+        """(count,): the documents of the best approximate scores, the earlier first among ties."""
+        approximate = approximate_scores(query, self.centroids, self.postings, self.documents, self.probes)
+        return top_documents(approximate[None], count)[0]
 
 
 def check_out_file(out: str | None) -> None:

@@ -12,7 +12,10 @@ the positions of its relevant ones down to the deepest cutoff: nDCG@10 is their 
 Recall@k is the share of the R found in the first k (pytrec_eval's and BEIR's recall, so below 1 where R > k).
 
 Reciprocal-rank fusion (Cormack et al., 2009) scores a document by the sum over the fused systems of
-1 / (k + its rank), k = 60 as in the paper and in practice; tied documents share their best rank.
+1 / (k + its rank), k = 60 as in the paper and in practice; tied documents share their best rank. Convex fusion
+(Bruch et al., 2023, "An analysis of fusion functions for hybrid retrieval", who find it ahead of reciprocal-rank
+fusion once its weight is tuned) scores a document by W times a model system's score plus 1 - W times a BM25
+system's, each min-max normalised over the query's candidates (its finite scores) so that both run from 0 to 1.
 """
 
 from __future__ import annotations
@@ -142,6 +145,45 @@ def reciprocal_rank_fusion(*scores: np.ndarray, k: int = RRF_K) -> np.ndarray:
     for matrix in scores:
         fused += 1 / (k + stats.rankdata(-np.asarray(matrix, dtype=float), method="min", axis=-1))
     return fused
+
+
+def min_max(scores: np.ndarray) -> np.ndarray:
+    """Each row of `scores` (queries x documents) mapped linearly onto 0 (its lowest finite score) to 1 (its
+    highest); a row of one value becomes 0, and -inf (a document that is no candidate of the query) stays."""
+    finite = np.isfinite(scores)
+    low = np.where(finite, scores, np.inf).min(axis=1, keepdims=True)
+    high = np.where(finite, scores, -np.inf).max(axis=1, keepdims=True)
+    spread = np.where(high > low, high - low, 1.0)
+    return np.where(finite, (scores - np.where(finite, low, 0)) / spread, -np.inf)
+
+
+def convex_fusion(lexical: np.ndarray, dense: np.ndarray, weight: float) -> np.ndarray:
+    """The fused scores (queries x documents): `weight` times the dense system's min-max normalised scores plus
+    1 - `weight` times the lexical system's; -inf where either is (no candidate of the query), at any weight."""
+    normalised = [min_max(np.asarray(scores, dtype=float)) for scores in (lexical, dense)]
+    candidate = np.isfinite(normalised[0]) & np.isfinite(normalised[1])
+    fused = weight * np.where(candidate, normalised[1], 0) + (1 - weight) * np.where(candidate, normalised[0], 0)
+    return np.where(candidate, fused, -np.inf)
+
+
+CONVEX_WEIGHTS = tuple(round(0.05 * step, 2) for step in range(21))
+
+
+def convex_weight_grid(lexical: np.ndarray, dense: np.ndarray, answers: Sequence[int]) -> dict[float, float]:
+    """nDCG@10 (one relevant document a query, `answers`) of convex fusion at each weight from 0 to 1 by 0.05:
+    what a weight is chosen from, on a development task."""
+    return {
+        weight: float(
+            np.mean([ndcg_at_10(rank) for rank in answer_ranks(convex_fusion(lexical, dense, weight), answers)])
+        )
+        for weight in CONVEX_WEIGHTS
+    }
+
+
+def chosen_weight(grid: dict[float, float]) -> float:
+    """The weight of the best nDCG@10, the smallest among ties (the nearest to BM25 alone)."""
+    best = max(grid.values())
+    return min(weight for weight, value in grid.items() if value == best)
 
 
 class LateInteraction:

@@ -20,7 +20,7 @@ from ...common.result_files import save_array, scores_path
 from ..lexical import bm25_scores
 from ..systems import Embedder, HybridSpec, LexicalSpec, RetrievalSystem
 from .kept_embeddings import embed_documents
-from .ranking import reciprocal_rank_fusion
+from .ranking import convex_fusion, reciprocal_rank_fusion
 from .readouts import Scorer, scorer_for
 
 
@@ -77,8 +77,11 @@ def score(
     if isinstance(system, LexicalSpec):
         scored = Scored(bm25_scores(cell.document_texts(), cell.queries, system.tokenizer))
     elif isinstance(system, HybridSpec):
-        parts = (np.load(scores_path(out, part, cell.name)) for part in (system.lexical, system.dense))
-        scored = Scored(reciprocal_rank_fusion(*parts))
+        lexical, dense = (np.load(scores_path(out, part, cell.name)) for part in (system.lexical, system.dense))
+        if system.weight is None:
+            scored = Scored(reciprocal_rank_fusion(lexical, dense))
+        else:
+            scored = Scored(convex_fusion(lexical, dense, system.weight))
     else:
         scorer = scorer_for(embedder, cell.query_ids, torch_products, cell.window)
         if keeping is None:
@@ -127,7 +130,8 @@ def system_facts(system: RetrievalSystem) -> dict[str, Any]:
     if isinstance(system, LexicalSpec):
         return {"model": None, "reading": "bm25", "tokenizer": system.tokenizer}
     if isinstance(system, HybridSpec):
-        return {"model": None, "reading": "hybrid", "fuses": [system.lexical, system.dense]}
+        fusion = {"reading": "hybrid", "fuses": [system.lexical, system.dense]}
+        return {"model": None, **fusion} | ({} if system.weight is None else {"weight": system.weight})
     return {
         "model": system.facts.path,
         "reading": system.reading.name,
