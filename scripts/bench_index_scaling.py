@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from tisa_hf.common.result_files import write_record
-from tisa_hf.embeddings.corpus import PartState
+from tisa_hf.embeddings.encode import PartState
 from tisa_hf.multivector.compression import bytes_per_token
 from tisa_hf.multivector.index import finish_parts, index_bytes, store_part
 from tisa_hf.multivector.index_folder import INDEX_FILE, StoredVectors, finished_index

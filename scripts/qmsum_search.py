@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 import tisa_hf
-from tisa_hf.cli import entry
+from tisa_hf.commands.cli import entry
 from tisa_hf.common.paired import paired_per_query
 from tisa_hf.common.result_files import scores_path, write_record
 from tisa_hf.embeddings import to_tisa_sentence_transformer
