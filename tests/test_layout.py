@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tisa_hf.performance",
         "tisa_hf.demo",
         "tisa_hf.multivector",
+        "tisa_hf.context",
     ),
     # what works over finished runs of the training tasks
     ("tisa_hf.experiments",),
