@@ -116,6 +116,26 @@ def test_training_rows_ask_what_the_task_asks_in_documents_that_start_with_the_t
         build_training_rows(articles, tiny_tokenizer(), 8, 9, 1, True)
 
 
+SHARED_WIKITEXT = Path(__file__).resolve().parents[2] / "shared" / "text" / "wikitext-2"
+
+
+@pytest.mark.skipif(not SHARED_WIKITEXT.is_dir(), reason="../shared/text/wikitext-2 is absent")
+def test_the_real_files_give_the_documented_counts():
+    from transformers import AutoTokenizer
+
+    from tisa_hf import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    test = read_titled_articles(SHARED_WIKITEXT / "test.txt")
+    counts = {}
+    for window in (128, 256, 512):
+        task = build_context_passages(test, tokenizer, window, 32768, 3)
+        counts[window] = (len(task.window_texts), len(task.queries))
+    assert (len(test), counts) == (51, {128: (1471, 1417), 256: (740, 687), 512: (381, 329)})
+    rows = build_training_rows(read_titled_articles(SHARED_WIKITEXT / "valid.txt"), tokenizer, 128, 512, 3, True)
+    assert (len(rows.queries), len(set(rows.documents)), len(rows.window_texts)) == (1359, 387, 1419)
+
+
 def rows_batch(model, rows):
     """The rows as the trainer gives them to the loss: each column preprocessed, the labels a tensor."""
     return [model.preprocess(rows.queries), model.preprocess(rows.documents)], torch.tensor(rows.labels)
@@ -205,6 +225,12 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_runs_weights(workspace,
         train.run(context_train_parser().parse_args(train_argv(workspace, tmp_path / "cut", *steps)))
     monkeypatch.setattr(InSequenceLoss, "forward", forward)
     assert (tmp_path / "cut" / "checkpoints" / "checkpoint-2").is_dir()
+    with pytest.raises(UsageError, match="interrupted run of other settings \\(learning_rate\\); rerun with its"):
+        train.run(
+            context_train_parser().parse_args(
+                [*train_argv(workspace, tmp_path / "cut", *steps), "--learning-rate", "1e-3"]
+            )
+        )
     record = train.run(context_train_parser().parse_args(train_argv(workspace, tmp_path / "cut", *steps)))
     assert Path(record["resumed_from"]).name == "checkpoint-2"
     whole, cut = (SentenceTransformer(str(tmp_path / name), device="cpu") for name in ("whole", "cut"))
@@ -223,6 +249,7 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
         ("--document-tokens", "65"): "--document-tokens 65 is longer than",
         ("--train-batch-size", "1"): "--negatives in-batch needs 2 or more documents a batch",
         ("--query-words", "9"): "No window of the training text has 9 words",
+        ("--warmup-ratio", "1"): r"--warmup-ratio is a share of the steps, in \[0, 1\); got 1.0.",
     }
     for extra, message in cases.items():
         with pytest.raises(UsageError, match=f"^{message}"):

@@ -17,6 +17,7 @@ refused unless --overwrite.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import shutil
@@ -47,6 +48,7 @@ from .training_rows import TrainingRows, build_training_rows
 logger = logging.getLogger(__name__)
 RECORD_FILE = "context_train.json"
 CHECKPOINTS = "checkpoints"
+SETTINGS_FILE = "settings.json"  # in CHECKPOINTS: the settings an interrupted run resumes with
 ANCHOR = "anchor"
 
 
@@ -55,6 +57,8 @@ def check_request(args: argparse.Namespace) -> Path:
     out = Path(args.output_dir)
     if (out / RECORD_FILE).is_file() and not args.overwrite:
         raise UsageError(f"{out} holds a finished run ({RECORD_FILE}); choose another --output-dir, or --overwrite.")
+    if not 0 <= args.warmup_ratio < 1:
+        raise UsageError(f"--warmup-ratio is a share of the steps, in [0, 1); got {args.warmup_ratio}.")
     if args.window_tokens < 3:
         raise UsageError(f"--window-tokens {args.window_tokens}: a window needs 3 tokens at least.")
     if args.train_batch_size < 2 and args.negatives == "in-batch":
@@ -70,6 +74,32 @@ def check_request(args: argparse.Namespace) -> Path:
             f"({facts.table_length}); give at most {facts.table_length}, or a TISA replace-mode model."
         )
     return folder
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """What a run is: every option but --overwrite."""
+    return {key: value for key, value in vars(args).items() if key != "overwrite"}
+
+
+def resumed_checkpoint(checkpoints: Path, settings: dict[str, Any]) -> str | None:
+    """The latest checkpoint of an interrupted run of the same settings (None: none yet, and the settings are
+    written for a later resume); a run of other settings is refused."""
+    written = checkpoints / SETTINGS_FILE
+    if written.is_file():
+        before = json.loads(written.read_text(encoding="utf-8"))
+        changed = sorted(key for key in settings.keys() | before.keys() if settings.get(key) != before.get(key))
+        if changed:
+            raise UsageError(
+                f"{checkpoints.parent} holds an interrupted run of other settings ({', '.join(changed)}); rerun with "
+                "its settings to resume, or pass --overwrite to start over."
+            )
+    else:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        written.write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    resume = get_last_checkpoint(str(checkpoints))
+    if resume:
+        logger.info("Resuming from %s", resume)
+    return resume
 
 
 def training_args(args: argparse.Namespace) -> SentenceTransformerTrainingArguments:
@@ -123,9 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.queries == "titled",
         args.seed,
     )
-    resume = get_last_checkpoint(str(out / CHECKPOINTS)) if (out / CHECKPOINTS).is_dir() else None
-    if resume:
-        logger.info("Resuming from %s", resume)
+    resume = resumed_checkpoint(out / CHECKPOINTS, settings_of(args))
     model = SentenceTransformer(str(folder))
     reading = model.max_seq_length
     model.max_seq_length = max(reading, args.document_tokens)  # checked: the model reads a document whole
@@ -135,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model.max_seq_length = reading
     save_sentence_transformer(model, out)
     record = {
-        "settings": {key: value for key, value in vars(args).items() if key != "overwrite"},
+        "settings": settings_of(args),
         "rows": len(rows.queries),
         "documents": len(set(rows.documents)),
         "articles": len(articles),

@@ -1,5 +1,6 @@
-"""The options of `tisa-hf longembed`, `qmsum`, `qmsum-passages`, `context-passages`, `spans` and `sts`; light (argparse and tisa_hf's
-light modules only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
+"""The options of `tisa-hf longembed`, `qmsum`, `qmsum-passages`, `context-passages`, `spans` and `sts`; light
+(argparse and tisa_hf's light modules only), so that `--help` answers without importing torch. Every default is shown
+in `--help`."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ READOUTS_TAKEN: dict[str, tuple[Readout, ...]] = {
     SPANS: READOUTS,
     STS: (MEAN,),
 }
-TEXT_SYSTEMS = (LONGEMBED, QMSUM, QMSUM_PASSAGES, CONTEXT_PASSAGES, SPANS)  # the commands that take BM25 and hybrids too
+# the commands that take BM25 and hybrids too
+TEXT_SYSTEMS = (LONGEMBED, QMSUM, QMSUM_PASSAGES, CONTEXT_PASSAGES, SPANS)
 
 
 def systems_help(command: str) -> str:
