@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tisa_hf.analysis",
         "tisa_hf.performance",
         "tisa_hf.multivector",
+        "tisa_hf.context",
     ),
     # what works over finished runs of the training tasks
     ("tisa_hf.experiments",),

@@ -209,7 +209,7 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
     cases = {
         (f"chunk:{tiny}", "--window-tokens", "64"): (
             f"chunk:{tiny} reads each window apart, and a window of 64 tokens is longer than its position table (32); "
-            f"give --window-tokens up to 32, or read each meeting whole: interp:{tiny} or a replace-mode model."
+            f"give --window-tokens up to 32, or read each document whole: interp:{tiny} or a replace-mode model."
         ),
         ("bm25", "--data", str(no_specific)): (
             f"--data {no_specific} holds no specific queries (specific_query_list entries with relevant_text_span); "

@@ -91,6 +91,18 @@ COMMANDS: dict[str, Command] = {
         "QMSum's query-based passages (nDCG@10, Recall@10/@50) within a meeting and across all: windows read apart "
         "against windows pooled from the whole meeting's read.",
     ),
+    "context-passages": Command(
+        "tisa_hf.context.dev_task",
+        "tisa_hf.embeddings.options:context_passages_parser",
+        "WikiText windows named only outside themselves (nDCG@10, Recall@10/@50), within an article and across all: "
+        "the development task of training that rewards context.",
+    ),
+    "context-train": Command(
+        "tisa_hf.context.train",
+        "tisa_hf.context.options:context_train_parser",
+        "Contrastive training with in-sequence negatives: each window pooled from its whole document's read must "
+        "find its query (sentence-transformers' trainer).",
+    ),
     "spans": Command(
         "tisa_hf.embeddings.retrieval.spans",
         "tisa_hf.embeddings.options:spans_parser",

@@ -90,3 +90,10 @@ def chunk_average(
         means.append(flat[start : start + len(chunks)].mean(0))
         start += len(chunks)
     return F.normalize(torch.stack(means), dim=-1)
+
+
+def window_means(states: torch.Tensor, step: int) -> torch.Tensor:
+    """(windows, dim) normalised means of `states` (tokens, dim) over consecutive windows of `step` tokens, the last
+    one shorter: a window's vector pooled from a whole read's token states (late chunking, Günther et al., 2024), in
+    one home for the read-outs that measure it and the training that rewards it (`tisa-hf context-train`)."""
+    return F.normalize(torch.stack([window.mean(0) for window in states.split(step)]), dim=-1)

@@ -215,9 +215,12 @@ def is_sentence_transformer(path: str | Path) -> bool:
     return (Path(resolve_model(str(path))) / MODULES_FILE).is_file()
 
 
-def check_mean_pooling(path: str | Path) -> None:
+def check_mean_pooling(
+    path: str | Path,
+    because: str = "--objective embed trains the mean-pooled embedding; adapt it with --objective distill",
+) -> None:
     """A UsageError unless the sentence-transformers model at `path` embeds by mean pooling over every token,
-    optionally normalised: the embedding `tisa-hf adapt --objective embed` trains."""
+    optionally normalised: the embedding `tisa-hf adapt --objective embed` trains (`because`: why it must)."""
     folder = Path(resolve_model(str(path)))
     for entry in (_read_json(folder / MODULES_FILE) or [])[1:]:
         kind = entry["type"].rsplit(".", 1)[-1]
@@ -227,7 +230,7 @@ def check_mean_pooling(path: str | Path) -> None:
         if kind not in ("Pooling", "Normalize") or not mean:
             raise UsageError(
                 f"{path} embeds with a {kind} module {entry['path']!r} that is not mean pooling or normalisation, "
-                "and --objective embed trains the mean-pooled embedding; adapt it with --objective distill."
+                f"and {because}."
             )
 
 

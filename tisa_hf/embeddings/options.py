@@ -1,5 +1,6 @@
-"""The options of `tisa-hf longembed`, `qmsum`, `qmsum-passages`, `spans` and `sts`; light (argparse and tisa_hf's
-light modules only), so that `--help` answers without importing torch. Every default is shown in `--help`."""
+"""The options of `tisa-hf longembed`, `qmsum`, `qmsum-passages`, `context-passages`, `spans` and `sts`; light
+(argparse and tisa_hf's light modules only), so that `--help` answers without importing torch. Every default is shown
+in `--help`."""
 
 from __future__ import annotations
 
@@ -39,20 +40,25 @@ TASK_NAMES = ("passkey", "needle")
 ENGINES = ("local", "ray")  # where `tisa-hf encode` and `tisa-hf index` embed their parts
 LONGEMBED, QMSUM, SPANS, STS = "tisa-hf longembed", "tisa-hf qmsum", "tisa-hf spans", "tisa-hf sts"
 QMSUM_PASSAGES = "tisa-hf qmsum-passages"
+CONTEXT_PASSAGES = "tisa-hf context-passages"
+DEFAULT_QUERY_WORDS = 3
 # The read-outs each command takes (`common/spellings.py`); the retrieval commands over whole documents take every
 # one, the passage task none beyond one vector or one a token per window
 READOUTS_TAKEN: dict[str, tuple[Readout, ...]] = {
     LONGEMBED: (MEAN, LATE),
     QMSUM: READOUTS,
     QMSUM_PASSAGES: (MEAN, LATE),
+    CONTEXT_PASSAGES: (MEAN, LATE),
     SPANS: READOUTS,
     STS: (MEAN,),
 }
-# The readings each command takes: every one, but for the passage task, where a window read apart is chunk:'s
+# The readings each command takes: every one, but for the passage tasks, where a window read apart is chunk:'s
 READINGS_TAKEN: dict[str, tuple[Reading, ...]] = {command: READINGS for command in READOUTS_TAKEN} | {
-    QMSUM_PASSAGES: (WHOLE, CHUNK, INTERP)
+    QMSUM_PASSAGES: (WHOLE, CHUNK, INTERP),
+    CONTEXT_PASSAGES: (WHOLE, CHUNK, INTERP),
 }
-TEXT_SYSTEMS = (LONGEMBED, QMSUM, QMSUM_PASSAGES, SPANS)  # the commands that take BM25 and hybrids too
+# the commands that take BM25 and hybrids too
+TEXT_SYSTEMS = (LONGEMBED, QMSUM, QMSUM_PASSAGES, CONTEXT_PASSAGES, SPANS)
 
 
 def systems_help(command: str) -> str:
@@ -168,23 +174,61 @@ def passages_parser() -> argparse.ArgumentParser:
     parser.add_argument("systems", nargs="+", help=systems_help(QMSUM_PASSAGES))
     add_out_argument(parser, "Folder for qmsum-passages.json, .md, .png, and the embeddings and scores.")
     add_qmsum_arguments(parser)
-    parser.add_argument(
-        "--window-tokens",
-        type=positive_int,
-        default=DEFAULT_WINDOW_TOKENS,
-        help="W: a window is W - 2 of a meeting's tokens, W with the [CLS] and [SEP] it is read apart between.",
-    )
-    parser.add_argument(
-        "--tokenizer",
-        default="minilm",
-        help="The model whose tokenizer cuts the windows (BM25's too); every model system must share its vocabulary.",
-    )
+    add_window_arguments(parser, "meeting")
     add_corpus_arguments(
         parser,
         DEFAULT_PASSAGES_CAP,
         "A meeting's tokens, [CLS] and [SEP] counted: a longer one is cut, and its windows end there",
     )
     return parser
+
+
+def add_window_arguments(parser: argparse.ArgumentParser, document: str) -> None:
+    """The options of a task whose candidates are windows of its documents (`qmsum-passages`, `context-passages`)."""
+    parser.add_argument(
+        "--window-tokens",
+        type=positive_int,
+        default=DEFAULT_WINDOW_TOKENS,
+        help=f"W: a window is W - 2 of a {document}'s tokens, W with the [CLS] and [SEP] it is read apart between.",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="minilm",
+        help="The model whose tokenizer cuts the windows (BM25's too); every model system must share its vocabulary.",
+    )
+
+
+def context_passages_parser() -> argparse.ArgumentParser:
+    parser = new_parser(
+        CONTEXT_PASSAGES,
+        "Passages that need their article (nDCG@10, Recall@10, Recall@50): WikiText articles cut into windows of W "
+        "tokens whose article is named only outside them; each window's query (the article's title, its section's "
+        "heading and a few of its own words) ranks the windows of its article and of all articles. The development "
+        "task of training that rewards context (QMSum is kept for evaluation).",
+    )
+    parser.add_argument("systems", nargs="+", help=systems_help(CONTEXT_PASSAGES))
+    add_out_argument(parser, "Folder for context-passages.json, .md, .png, and the embeddings and scores.")
+    parser.add_argument(
+        "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
+    )
+    parser.add_argument(
+        "--articles", type=positive_int, help="Only the first N articles (a smoke run; default: every article)."
+    )
+    add_window_arguments(parser, "article")
+    add_query_arguments(parser)
+    add_corpus_arguments(parser)
+    return parser
+
+
+def add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a window's query is drawn (`context-passages`, `context-train`)."""
+    parser.add_argument(
+        "--query-words",
+        type=positive_int,
+        default=DEFAULT_QUERY_WORDS,
+        help="Words of 5 letters or more drawn from the window into its query, after the title and heading.",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the words drawn into the queries.")
 
 
 def spans_parser() -> argparse.ArgumentParser:

@@ -72,23 +72,24 @@ def spread(counts: list[int]) -> dict[str, float]:
     return {"mean": float(np.mean(counts)), "median": float(np.median(counts)), "min": min(counts), "max": max(counts)}
 
 
-def check_systems(specs: list[str], window: int) -> None:
-    """The read-outs and readings the task takes, and a window no longer than what a system reads it apart with."""
+def check_systems(specs: list[str], window: int, command: str = QMSUM_PASSAGES) -> None:
+    """The read-outs and readings a task of windows (`command`) takes, and a window no longer than what a system
+    reads it apart with."""
     if window < 3:
         raise UsageError(
             f"--window-tokens {window}: a window needs 3 tokens at least (its [CLS], one of the meeting's, its [SEP])."
         )
     models = [system for system in map(parse_system, specs) if isinstance(system, SystemSpec)]
-    check_readouts(models, QMSUM_PASSAGES)
+    check_readouts(models, command)
     for system in models:
-        if system.reading not in READINGS_TAKEN[QMSUM_PASSAGES]:  # trunc:
+        if system.reading not in READINGS_TAKEN[command]:  # trunc:
             model = system.spelling.model
             raise UsageError(f"{system.spec}: a window read apart is chunk:'s reading; write chunk:{model}.")
         if not system.reading.one_pass and window > system.table_length:
             raise UsageError(
                 f"{system.spec} reads each window apart, and a window of {window} tokens is longer than its position "
                 f"table ({system.table_length}); give --window-tokens up to {system.table_length}, or read each "
-                f"meeting whole: {system.spelling.read_as(INTERP)} or a replace-mode model."
+                f"document whole: {system.spelling.read_as(INTERP)} or a replace-mode model."
             )
 
 
@@ -99,13 +100,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return CorpusRetrieval(PASSAGES, task, args, passage_cells(task, args.window_tokens), args.tokenizer)()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = passages_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    record = run(args)
+def print_cells(record: dict[str, Any]) -> None:
+    """Each system's measures in both cells, a line a system."""
     for name, result in record["results"].items():
         measures = [
             f"{cell} " + ", ".join(f"{100 * result[cell][key]:.1f}" for key in SeveralRelevant.labels)
             for cell in (ACROSS, WITHIN)
         ]
         print(f"{name}: nDCG@10, Recall@10, Recall@50 {'; '.join(measures)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    print_cells(run(passages_parser().parse_args(sys.argv[1:] if argv is None else argv)))
     return 0

@@ -18,8 +18,8 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from ...common.long_inputs import window_means
 from ...common.spellings import LATE, MAX, MEAN, Readout
 from ..systems import Embedder
 from .ranking import LateInteraction
@@ -147,9 +147,7 @@ def window_vectors(embedder: Embedder, document: list[int], window: int) -> np.n
     pieces apart, else the mean of the whole read's token states over it."""
     if not embedder.spec.reading.one_pass:
         return embedder.embed(embedder.pieces(document, window)).numpy()
-    body, step = embedder.token_states(document)[1:-1], window - 2
-    windows = torch.stack([body[start : start + step].mean(0) for start in range(0, len(body), step)])
-    return F.normalize(windows, dim=-1).cpu().numpy()
+    return window_means(embedder.token_states(document)[1:-1], window - 2).cpu().numpy()
 
 
 def window_token_vectors(embedder: Embedder, document: list[int], window: int) -> list[torch.Tensor]:

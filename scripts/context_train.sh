@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Training that makes whole-document context pay (docs/results-longdoc.md, "Making context pay"), offline, on CPU or
+# one GPU, from the adapted replace-mode MiniLM (BASE, default runs/adapt-minilm/s5-all):
+#   train   the variants of `tisa-hf context-train` on WikiText-2's valid.txt (the adaptation's text; test.txt is
+#           held out for the development task): titled (queries of the title, heading and window words, in-sequence
+#           and in-batch negatives), plain (the window's words alone: InSeNT without the title), titled-anchor
+#           (titled, with the windows read apart kept at BASE's embeddings, for STS-B) and titled-sequence (titled,
+#           in-sequence negatives only);
+#   dev     `tisa-hf context-passages` on test.txt at every W of DEV_WINDOWS (default 256, the W the choice reads; add
+#           128 with DEV_WINDOWS="256 128"): BM25, minilm read apart and whole, BASE and every variant, each with its
+#           late: read-out, paired to chunk:minilm, late:chunk:minilm and BASE;
+#   sts     `tisa-hf sts` of minilm, BASE and every variant (zero-shot STS-B dev, Spearman), paired to minilm;
+#   choose  the variant with the best nDCG@10 across articles at W = 256 among those within 1 point of minilm's
+#           STS-B Spearman (the best on the development task alone if none is), written to RUNS/chosen.json; QMSum
+#           plays no part;
+#   qmsum   the chosen variant's QMSum passage cells (`tisa-hf qmsum-passages`: its windows pooled from each
+#           meeting's whole read, its late: read-out and its hybrid with BM25, paired to BM25 and the windows read
+#           apart) at every W of WINDOWS, into the records of scripts/qmsum_passages.sh.
+# Every stage resumes: a finished training (its context_train.json) is skipped and an interrupted one resumes from its
+# checkpoint; the evaluations measure only the systems their records lack.
+#
+#   bash scripts/context_train.sh                       # every stage
+#   bash scripts/context_train.sh train dev             # only these stages
+#   SMOKE=1 RUNS=/tmp/context-smoke bash scripts/context_train.sh   # a few steps on a few articles, every stage
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE=${BASE:-runs/adapt-minilm/s5-all}
+RUNS=${RUNS:-runs/context-minilm}
+TEXT=${TEXT:-../shared/text/wikitext-2}
+STS_DATA=${STS_DATA:-../shared/glue/STS-B/dev.tsv}
+RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
+STEPS=${STEPS:-300}
+read -ra windows <<<"${WINDOWS:-128 256 512}"
+read -ra dev_windows <<<"${DEV_WINDOWS:-256}"
+VARIANTS=(titled plain titled-anchor titled-sequence)
+export HF_HUB_OFFLINE=1
+
+train_limits=() dev_limits=() qmsum_limits=()
+if [[ -n ${SMOKE:-} ]]; then  # every stage on a sliver: 2 training articles, 3 steps, 4 test articles, 2 meetings
+    STEPS=3 train_limits=(--articles 2 --checkpoint-steps 2) dev_limits=(--articles 4) qmsum_limits=(--meetings 2)
+    RECORDS=$RUNS/qmsum-passages windows=(256)
+    mkdir -p "$RUNS" && head -n 41 "$STS_DATA" >"$RUNS/sts-smoke.tsv" && STS_DATA=$RUNS/sts-smoke.tsv
+fi
+
+variant_options() {  # variant_options NAME: its tisa-hf context-train options
+    case $1 in
+        titled) echo "--queries titled" ;;
+        plain) echo "--queries plain" ;;
+        titled-anchor) echo "--queries titled --anchor" ;;
+        titled-sequence) echo "--queries titled --negatives in-sequence" ;;
+    esac
+}
+
+stage_train() {
+    local name options
+    for name in "${VARIANTS[@]}"; do
+        if [[ -f $RUNS/$name/context_train.json ]]; then
+            echo "done: $RUNS/$name"
+            continue
+        fi
+        read -ra options <<<"$(variant_options "$name")"
+        tisa-hf context-train --model "$BASE" --output-dir "$RUNS/$name" --train-text "$TEXT/valid.txt" \
+            --max-steps "$STEPS" "${options[@]}" "${train_limits[@]}"
+    done
+}
+
+trained() {  # the trained variants' folders, one a line
+    local name
+    for name in "${VARIANTS[@]}"; do [[ -f $RUNS/$name/context_train.json ]] && echo "$RUNS/$name"; done
+    return 0
+}
+
+stage_dev() {
+    local window models systems=(bm25 chunk:minilm late:chunk:minilm interp:minilm late:interp:minilm) model
+    mapfile -t models < <(trained)
+    for model in "$BASE" "${models[@]}"; do systems+=("$model" "late:$model"); done
+    for window in "${dev_windows[@]}"; do
+        tisa-hf context-passages "${systems[@]}" --paired chunk:minilm late:chunk:minilm "$BASE" \
+            --data "$TEXT/test.txt" --window-tokens "$window" --out "$RUNS/dev/w$window" "${dev_limits[@]}"
+    done
+}
+
+stage_sts() {
+    local models
+    mapfile -t models < <(trained)
+    tisa-hf sts minilm "$BASE" "${models[@]}" --paired minilm --data "$STS_DATA" --out "$RUNS/sts"
+}
+
+stage_choose() {
+    python - "$RUNS" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+runs = Path(sys.argv[1])
+dev = json.loads((runs / "dev/w256/context-passages.json").read_text())["results"]
+sts = json.loads((runs / "sts/sts.json").read_text())["results"]
+variants = [name for name in dev if name.startswith(str(runs)) and name in sts]
+if not variants:
+    sys.exit("context_train.sh choose: no trained variant is measured on both the dev task and STS-B; run dev and sts.")
+kept = [name for name in variants if sts[name]["spearman"] >= sts["minilm"]["spearman"] - 1.0]  # x100
+chosen = max(kept or variants, key=lambda name: dev[name]["across"]["ndcg_at_10"])
+choice = {
+    "chosen": chosen,
+    "within_one_sts_b_point": chosen in kept,
+    "dev_ndcg_at_10_across_w256": {name: dev[name]["across"]["ndcg_at_10"] for name in variants},
+    "sts_b_spearman": {name: sts[name]["spearman"] for name in ["minilm", *variants]},
+}
+(runs / "chosen.json").write_text(json.dumps(choice, indent=2) + "\n")
+print(f"chosen: {chosen}" + ("" if chosen in kept else " (no variant is within 1 point of minilm on STS-B)"))
+PY
+}
+
+stage_qmsum() {
+    local chosen window
+    chosen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['chosen'])" "$RUNS/chosen.json")
+    for window in "${windows[@]}"; do
+        tisa-hf qmsum-passages bm25 chunk:minilm late:chunk:minilm "$chosen" "late:$chosen" "hybrid:bm25+$chosen" \
+            --paired bm25 chunk:minilm late:chunk:minilm --window-tokens "$window" --out "$RECORDS/w$window" \
+            "${qmsum_limits[@]}"
+    done
+}
+
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(train dev sts choose qmsum)
+for stage in "${stages[@]}"; do
+    case $stage in
+        train | dev | sts | choose | qmsum) "stage_$stage" ;;
+        *)
+            echo "context_train.sh: unknown stage $stage; give train, dev, sts, choose or qmsum." >&2
+            exit 2
+            ;;
+    esac
+done
