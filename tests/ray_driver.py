@@ -7,16 +7,16 @@ from pathlib import Path
 
 from ray_fixtures import HOOKS_VARIABLE, INTERRUPT, RecordingEmbedder
 
-from tisa_hf import cli
-from tisa_hf.embeddings import corpus, ray_parts
+from tisa_hf.commands import cli
+from tisa_hf.embeddings import encode, ray_parts
 
 ray_parts.PartEmbedder = RecordingEmbedder
 if (Path(os.environ[HOOKS_VARIABLE]) / INTERRUPT).exists():
-    add_part = corpus.PartState.add_part
+    add_part = encode.PartState.add_part
 
     def add_part_then_stop(self, *args):
         add_part(self, *args)
         raise KeyboardInterrupt
 
-    corpus.PartState.add_part = add_part_then_stop
+    encode.PartState.add_part = add_part_then_stop
 sys.exit(cli.main(sys.argv[1:]))

@@ -19,7 +19,7 @@ from embedding_fixtures import tiny_tokenizer, write_tiny_encoder
 from ray_fixtures import INTERRUPT, die_on, ray_cluster, saved_parts
 
 from tests.fixtures import network_namespaces_available
-from tisa_hf import cli
+from tisa_hf.commands import cli
 
 pytest.importorskip("sentence_transformers")
 

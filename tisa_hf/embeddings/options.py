@@ -285,7 +285,7 @@ def encode_parser() -> argparse.ArgumentParser:
 
 
 def add_encoding_arguments(parser: argparse.ArgumentParser, out_help: str) -> None:
-    """The options of a command that encodes a corpus in resumable parts (`corpus.encode_in_parts`): `tisa-hf
+    """The options of a command that encodes a corpus in resumable parts (`encode.encode_in_parts`): `tisa-hf
     encode` and `tisa-hf index`."""
     parser.add_argument(
         "--input", required=True, help="A .jsonl file (one object a line) or a text file (one document a line)."

@@ -6,7 +6,7 @@ pool of actors. Each actor receives this process's model once, through Ray's obj
 from its name: the folder need not exist on the other nodes, nor the Hub be reached from them, and a TISA model
 pickles like any transformers model, its unpickling importing tisa_hf, which registers TISA's classes in the actor
 (a TISA folder loads only where tisa_hf is imported). Each actor moves the model to its own device (the GPU Ray
-gave it, if any), and for each part runs the local engine's `work` (`corpus.embed_part`) and `keep` (the part's
+gave it, if any), and for each part runs the local engine's `work` (`encode.embed_part`) and `keep` (the part's
 files, each written under the part's number to a temporary file that then replaces it), returning only the part's
 counts. The actors write the parts, so --out must be a folder every node sees.
 
