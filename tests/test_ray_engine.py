@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import socket
 import string
+import subprocess
 import sys
 
 import numpy as np
@@ -218,3 +220,31 @@ def test_the_ray_engine_without_ray_is_refused_in_one_line_naming_the_extra(
     assert capsys.readouterr().err == (
         f'tisa-hf {name}: --engine ray needs Ray Data, which is not installed: pip install "tisa-hf[ray]".\n'
     )
+
+
+LOOPBACK = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
+LISTENERS = """
+import subprocess
+from tisa_hf.embeddings.ray_cluster import connected
+with connected(None) as cluster:
+    print(subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout)
+"""
+
+
+def test_a_cluster_started_for_the_run_listens_on_the_loopback_address_only():
+    """The default of --engine ray (no --ray-address) on the host's own network: every socket the cluster's
+    processes listen on is a loopback one, while they run."""
+    pytest.importorskip("ray.data")
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) lists the listening sockets")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    done = subprocess.run(
+        [sys.executable, "-c", LISTENERS], capture_output=True, text=True, timeout=180, env=env, check=True
+    )
+    ray_sockets = [
+        line.split()[3]
+        for line in done.stdout.splitlines()
+        if any(name in line for name in ('"raylet"', '"gcs_server"', '"ray::', '"python'))
+    ]
+    assert len(ray_sockets) >= 3, done.stdout  # the GCS, the raylet and the driver at least
+    assert [address for address in ray_sockets if not address.startswith(LOOPBACK)] == []

@@ -6,10 +6,11 @@ auto (the cluster this machine is a node of). Without it, a cluster is started o
 stopped after it: Ray's `ray.init()` with this machine's CPUs and GPUs, no dashboard, and usage statistics off
 unless RAY_USAGE_STATS_ENABLED says otherwise.
 
-Ray 2.60 has no setting that keeps a cluster on the loopback interface: `ray.init(_node_ip_address="127.0.0.1")` is
-turned into the machine's reachable address (`ray._private.services.resolve_ip_for_localhost`), and its gRPC servers
-listen on every address. What guards them is Ray's token authentication, on by default for a cluster `ray.init()`
-starts; the tests run their cluster in a network namespace that holds only the loopback interface.
+A cluster started here stays on the loopback interface: `ray.init(_node_ip_address="127.0.0.1")` alone is turned
+into the machine's reachable address (`ray._private.services.resolve_ip_for_localhost`) and its servers then listen on
+every address, so the run sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (unless the environment sets it), Ray's
+single-machine mode, read when `ray` is first imported: the node's address is then 127.0.0.1, where every server
+listens. A cluster of several nodes listens on its nodes' addresses, guarded by Ray's token authentication.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ RAY_EXTRA = 'pip install "tisa-hf[ray]"'
 CLIENT_PORT = 10001  # Ray Client's port when a ray:// address names none
 PROBE_TIMEOUT_S = 5
 RAY_OPTIONS = ("ray_address", "actors", "actor_cpus", "actor_gpus")
+logger = logging.getLogger(__name__)
+SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": a cluster of this machine alone, on 127.0.0.1
 
 
 def check_engine(args: argparse.Namespace) -> None:
@@ -45,12 +48,21 @@ def check_engine(args: argparse.Namespace) -> None:
             "--devices places sentence-transformers' processes on this machine; with --engine ray, --actors and "
             "--actor-gpus place the model's copies on the cluster."
         )
+    if args.ray_address is None:
+        single_machine_environment()
     try:
         import ray.data  # noqa: F401
     except ImportError as error:
         raise UsageError(f"--engine ray needs Ray Data, which is not installed: {RAY_EXTRA}.") from error
     if args.ray_address not in (None, "auto"):
         check_reachable(args.ray_address)
+
+
+def single_machine_environment() -> None:
+    """The environment of a cluster started on this machine for one run, set before `ray` is imported (Ray reads
+    it then): on the loopback interface only, and no usage statistics sent; a value the environment holds is kept."""
+    os.environ.setdefault(SINGLE_MACHINE, "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def head_of(address: str) -> tuple[str, int]:
@@ -89,10 +101,17 @@ def connected(address: str | None) -> Iterator[dict[str, Any]]:
     A block that raises (an interrupted run) leaves the disconnection to Ray's own exit hook: Ray Data's execution
     threads may still be stopping then, and Ray ends a process that uses it after its shutdown at once, before the
     error is reported."""
+    if address is None:
+        single_machine_environment()
     import ray
 
     if address is None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if ray._private.ray_constants.ENABLE_RAY_CLUSTER and os.environ.get(SINGLE_MACHINE) == "0":
+            logger.warning(
+                "ray was imported before its cluster could be kept on the loopback interface, so the cluster started "
+                "for this run listens on every address; set %s=0 before importing ray to keep it on 127.0.0.1.",
+                SINGLE_MACHINE,
+            )
         ray.init(include_dashboard=False, logging_level=logging.WARNING)
     else:
         try:
