@@ -8,10 +8,10 @@ throughput is its record's: documents and tokens over the wall time from the sta
 part, the actors' start and the model's transfer included; `steady` leaves out the time to the first part.
 Finished runs are kept in --work and not run again.
 
-Ray listens on every address of its machine, so run it in a network namespace holding only the loopback:
+Each run's cluster stays on the loopback interface (`embeddings/ray_cluster.py`):
 
-    unshare --net sh -c 'ip link set lo up && HF_HUB_OFFLINE=1 nice -n 5 python scripts/bench_ray_encode.py \
-        --work /tmp/bench-ray-encode --out docs/results/ray-encode-cpu.json'
+    HF_HUB_OFFLINE=1 python scripts/bench_ray_encode.py --work /tmp/bench-ray-encode \
+        --out docs/results/ray-encode-cpu.json
 """
 
 from __future__ import annotations
