@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_options import positive_int
+from ..common.options import add_overwrite_argument, positive_int
 from ..embeddings.options import add_query_arguments, new_parser
 
 DEFAULT_TRAIN_TEXT = "../shared/text/wikitext-2/valid.txt"
@@ -83,5 +83,5 @@ def context_train_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--checkpoint-steps", type=positive_int, default=50, help="Save a resumable checkpoint every N steps."
     )
-    parser.add_argument("--overwrite", action="store_true", help="Train again over a finished or interrupted run.")
+    add_overwrite_argument(parser, "Train again over a finished or interrupted run.")
     return parser
