@@ -25,6 +25,14 @@ def positive_int(text: str) -> int:
     return _whole_number(text, 1)
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0 (a learning rate, a temperature)."""
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number of at least 0 (a count that may be none, such as warm-up runs)."""
     return _whole_number(text, 0)

@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..common.options import add_overwrite_argument, positive_int
+from ..common.options import add_overwrite_argument, positive_float, positive_int
 from ..embeddings.options import add_query_arguments, new_parser
 
 DEFAULT_TRAIN_TEXT = "../shared/text/wikitext-2/valid.txt"
 NEGATIVES = ("in-batch", "in-sequence")
 QUERIES = ("titled", "plain")
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return value
 
 
 def context_train_parser() -> argparse.ArgumentParser:
