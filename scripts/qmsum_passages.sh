@@ -6,9 +6,11 @@
 #   bm25      BM25 over the windows' text (under a minute a W);
 #   chunk     chunk:minilm, each window read apart, and its hybrid with BM25 (tens of minutes a W on 2 CPU cores);
 #   late      late:chunk:minilm, MaxSim against each window's token vectors read apart, and its hybrid;
-#   context   late chunking: interp:minilm and the adapted s5-all and s5-long that exist (ADAPTED), each meeting
+#   context   late chunking: the adapted s5-all and s5-long that exist (ADAPTED) and interp:minilm, each meeting
 #             read whole and each window pooled from its token states, their late: read-outs (each window's part
-#             of the whole read) and their hybrids, paired to chunking's; hours on 2 CPU cores (a GPU's work).
+#             of the whole read) and their hybrids, paired to chunking's. Each model reads each meeting once for
+#             every read-out and W: its whole reads are kept in TOKEN_STATES (about 6 GB a model), so the first W
+#             costs about 80 minutes a model on 2 CPU cores and the others minutes (a GPU's work).
 # A stage's call repeats the systems it pairs to, which a finished record skips (a rerun of a finished stage
 # computes nothing). The window embeddings and scores (about 220 MB a system and setting at W = 128) stay out of
 # git (the records folder's .gitignore): an interrupted model system resumes at its next meeting on the machine
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 
 ADAPTED=${ADAPTED:-runs/adapt-minilm}
 RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
+TOKEN_STATES=${TOKEN_STATES:-runs/qmsum-token-states}
 read -ra windows <<<"${WINDOWS:-128 256 512}"
 export HF_HUB_OFFLINE=1
 
@@ -32,7 +35,6 @@ passages() {  # passages SYSTEM... [--paired REF...]: every W of WINDOWS, into $
 }
 
 whole_reads() {  # the whole-read systems that exist, one a line; the missing adapted ones named on stderr
-    echo interp:minilm
     local name
     for name in s5-all s5-long; do
         if [[ -f $ADAPTED/$name/metrics.json || -f $ADAPTED/$name/modules.json ]]; then
@@ -41,6 +43,7 @@ whole_reads() {  # the whole-read systems that exist, one a line; the missing ad
             echo "not adapted yet (scripts/adapt_minilm.sh $name): $ADAPTED/$name" >&2
         fi
     done
+    echo interp:minilm
 }
 
 stage_bm25() { passages bm25; }
@@ -53,7 +56,7 @@ stage_context() {
     local reads systems=(bm25 chunk:minilm late:chunk:minilm) system
     mapfile -t reads < <(whole_reads)
     for system in "${reads[@]}"; do systems+=("$system" "late:$system" "hybrid:bm25+$system"); done
-    passages "${systems[@]}" --paired bm25 chunk:minilm late:chunk:minilm
+    passages "${systems[@]}" --paired bm25 chunk:minilm late:chunk:minilm --token-states "$TOKEN_STATES"
 }
 
 stages=("$@")

@@ -237,3 +237,40 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
             passages.run(arguments(workspace, tmp_path / "out", *given))
         assert str(error.value) == message, given
     assert loaded == [] and not (tmp_path / "out").exists()
+
+
+def test_kept_whole_reads_are_reused_across_read_outs_and_windows_with_the_same_scores(workspace, tmp_path):
+    """--token-states: the first whole-read system reads each meeting once and keeps its states; its late: twin and
+    another W read none again and score bit for bit as runs that read again; another model reads its own."""
+    tiny = str(workspace / "tiny")
+    whole, late, other = f"tisa:replace:2:{tiny}", f"late:tisa:replace:2:{tiny}", f"interp:{tiny}"
+    kept = ["--token-states", str(tmp_path / "states")]
+    runs = {
+        "first": (whole, "--window-tokens", "6", *kept),
+        "twin": (late, "--window-tokens", "6", *kept),
+        "other-window": (whole, late, "--window-tokens", "10", *kept),
+        "other-model": (other, "--window-tokens", "6", *kept),
+    }
+    reused = {}
+    for name, given in runs.items():
+        record = passages.run(arguments(workspace, tmp_path / name, *given))
+        reused[name] = {
+            system: result["throughput"]["whole_reads_reused"] for system, result in record["results"].items()
+        }
+        again = passages.run(
+            arguments(workspace, tmp_path / f"{name}-read-again", *given[: given.index("--token-states")])
+        )
+        for system in again["results"]:
+            for cell in ("across", "within"):
+                expected = np.load(scores_path(tmp_path / f"{name}-read-again", system, cell))
+                assert np.array_equal(np.load(scores_path(tmp_path / name, system, cell)), expected), (name, system)
+    assert reused == {
+        "first": {whole: 0},
+        "twin": {late: 3},
+        "other-window": {whole: 3, late: 3},
+        "other-model": {other: 0},
+    }
+    folders = sorted(path for path in (tmp_path / "states").iterdir())
+    assert [len(list(folder.glob("*.npy"))) for folder in folders] == [3, 3]
+    about = sorted(json.loads((folder / "model.json").read_text())["system"] for folder in folders)
+    assert about == sorted([whole, other])

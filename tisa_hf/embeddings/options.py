@@ -261,6 +261,12 @@ def add_corpus_arguments(
     """The options that every corpus-retrieval command (`qmsum`, `qmsum-passages`, `spans`) shares with their one
     runner; `cap` and `cap_help`: --max-tokens' default and help."""
     parser.add_argument("--max-tokens", type=positive_int, default=cap, help=f"{cap_help}.")
+    parser.add_argument(
+        "--token-states",
+        metavar="DIR",
+        help="Keep each document's whole read (final token states, float32: about 1.5 KB a token for MiniLM) in DIR "
+        "and reuse it: a whole-read system's late: twin and other --window-tokens then read nothing again.",
+    )
     add_batch_tokens_argument(parser)
     add_device_argument(parser)
     add_paired_arguments(parser, "system's nDCG@10 (Acc@1, MRR@10) minus REF's", "the queries")

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -26,9 +27,10 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.long_inputs import PositionInterpolation, chunk_average
 from ..common.sentence_models import SentenceTransformer, require_sentence_transformers, to_tisa_sentence_transformer
-from ..common.spellings import Reading, Readout, Spelling, parse_spelling, spoken_list
+from ..common.spellings import MEAN, Reading, Readout, Spelling, parse_spelling, spoken_list
 from ..config import TisaConfig
 from ..errors import UsageError
+from .kept_states import KeptTokenStates
 from .lexical import CONVEX_FORM, HYBRID_FORM, bm25_tokenizer, is_lexical, split_hybrid
 from .options import READOUTS_TAKEN
 
@@ -182,7 +184,15 @@ def shared_tokenizer(systems: list[SystemSpec]) -> PreTrainedTokenizerBase:
 class Embedder:
     """A loaded system: normalised embeddings of queries (token ids) and of documents of one length."""
 
-    def __init__(self, spec: SystemSpec, longest: int, device: torch.device, batch_tokens: int):
+    def __init__(
+        self,
+        spec: SystemSpec,
+        longest: int,
+        device: torch.device,
+        batch_tokens: int,
+        token_states: Path | None = None,
+    ):
+        """`token_states`: a folder where a one-pass reading keeps each document's whole read (`KeptTokenStates`)."""
         require_sentence_transformers()
         self.spec = spec
         self.batch_tokens = batch_tokens
@@ -195,6 +205,11 @@ class Embedder:
         self.model.eval()
         encoder = self.model[0].auto_model
         self.interpolation = PositionInterpolation(encoder) if spec.reading.stretches else None
+        self.kept_states = (
+            KeptTokenStates(token_states, self.model, spec.reading.name, str(replace(spec.spelling, readout=MEAN)))
+            if token_states is not None and spec.reading.one_pass
+            else None
+        )
 
     def stretch(self, length: int) -> None:
         """Stretches the position table to `length` for a reading that does (at most the table's length reads the
@@ -258,10 +273,23 @@ class Embedder:
         ]
         return F.normalize(torch.cat(states).float(), dim=-1)
 
-    @torch.no_grad()
+    def document_tokens(self, document: list[int]) -> torch.Tensor:
+        """`read_tokens(document)`, taken from its kept whole read where this system keeps them (the same values:
+        a one-pass reading reads one piece)."""
+        if self.kept_states is None:
+            return self.read_tokens(document)
+        return F.normalize(self.token_states(document)[1:-1], dim=-1)
+
     def token_states(self, sequence: list[int]) -> torch.Tensor:
         """(tokens, dim) final token states of the whole sequence read in one forward pass ([CLS] and [SEP]
-        included, stretched by a stretching reading), float32 on the model's device."""
+        included, stretched by a stretching reading), float32 on the model's device; kept and reused where this
+        system keeps its whole reads."""
+        if self.kept_states is None:
+            return self._read_whole(sequence)
+        return self.kept_states.read(sequence, self._read_whole, self.model.device)
+
+    @torch.no_grad()
+    def _read_whole(self, sequence: list[int]) -> torch.Tensor:
         self.stretch(len(sequence))
         input_ids = torch.tensor([sequence], device=self.model.device)
         return self.model({"input_ids": input_ids})["token_embeddings"][0].float()

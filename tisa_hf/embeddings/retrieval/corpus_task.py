@@ -261,7 +261,8 @@ class CorpusRetrieval:
                 }
             }
         documents = self.cells[0].cell.documents
-        embedder = Embedder(system, max(map(len, documents)), device, self.args.batch_tokens)
+        kept_states = Path(self.args.token_states) if self.args.token_states else None
+        embedder = Embedder(system, max(map(len, documents)), device, self.args.batch_tokens, kept_states)
         keeping = Keeping(
             self.out / EMBEDDINGS_FOLDER, file_name(system.spec), self.record["settings"]["tokens_sha256"]
         )
@@ -278,6 +279,8 @@ class CorpusRetrieval:
             "documents_per_s": round(documents["documents"] / documents["wall_time_s"], 3),
             "tokens_per_s": round(documents["tokens"] / documents["wall_time_s"], 1),
         }
+        if embedder.kept_states is not None:
+            throughput["whole_reads_reused"] = embedder.kept_states.reused  # documents read from --token-states
         vectors = scored[0].scorer.vectors_per_document(self.cells[0].cell.documents, documents["windows"])
         if vectors is not None:
             throughput["vectors_per_document"] = round(vectors, 1)

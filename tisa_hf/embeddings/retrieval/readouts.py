@@ -131,7 +131,7 @@ class LateScorer(Scorer):
 
     def keep(self, document: list[int]) -> np.ndarray:
         if self.window is None:
-            return self.late(self.embedder.read_tokens(document))[None]
+            return self.late(self.embedder.document_tokens(document))[None]
         return np.stack([self.late(tokens) for tokens in window_token_vectors(self.embedder, document, self.window)])
 
     def scores(self, kept: np.ndarray, counts: list[int]) -> np.ndarray:
@@ -155,7 +155,7 @@ def window_token_vectors(embedder: Embedder, document: list[int], window: int) -
     reads pieces apart, else its part of the whole read's."""
     if not embedder.spec.reading.one_pass:
         return [embedder.read_tokens(piece) for piece in embedder.pieces(document, window)]
-    tokens, step = embedder.read_tokens(document), window - 2
+    tokens, step = embedder.document_tokens(document), window - 2
     return [tokens[start : start + step] for start in range(0, len(tokens), step)]
 
 
