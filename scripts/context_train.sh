@@ -17,7 +17,8 @@
 #           meeting's whole read, its late: read-out and its hybrid with BM25, paired to BM25 and the windows read
 #           apart) at every W of WINDOWS, into the records of scripts/qmsum_passages.sh.
 # Every stage resumes: a finished training (its context_train.json) is skipped and an interrupted one resumes from its
-# checkpoint; the evaluations measure only the systems their records lack.
+# checkpoint; the evaluations measure only the systems their records lack, and keep each model's whole reads
+# (--token-states) so that its late: read-out and the other W read nothing again.
 #
 #   bash scripts/context_train.sh                       # every stage
 #   bash scripts/context_train.sh train dev             # only these stages
@@ -30,6 +31,7 @@ RUNS=${RUNS:-runs/context-minilm}
 TEXT=${TEXT:-../shared/text/wikitext-2}
 STS_DATA=${STS_DATA:-../shared/glue/STS-B/dev.tsv}
 RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
+TOKEN_STATES=${TOKEN_STATES:-runs/qmsum-token-states}  # the meetings' whole reads, shared with qmsum_passages.sh
 STEPS=${STEPS:-300}
 read -ra windows <<<"${WINDOWS:-128 256 512}"
 read -ra dev_windows <<<"${DEV_WINDOWS:-256}"
@@ -39,7 +41,7 @@ export HF_HUB_OFFLINE=1
 train_limits=() dev_limits=() qmsum_limits=()
 if [[ -n ${SMOKE:-} ]]; then  # every stage on a sliver: 2 training articles, 3 steps, 4 test articles, 2 meetings
     STEPS=3 train_limits=(--articles 2 --checkpoint-steps 2) dev_limits=(--articles 4) qmsum_limits=(--meetings 2)
-    RECORDS=$RUNS/qmsum-passages windows=(256)
+    RECORDS=$RUNS/qmsum-passages TOKEN_STATES=$RUNS/qmsum-token-states windows=(256)
     mkdir -p "$RUNS" && head -n 41 "$STS_DATA" >"$RUNS/sts-smoke.tsv" && STS_DATA=$RUNS/sts-smoke.tsv
 fi
 
@@ -77,7 +79,8 @@ stage_dev() {
     for model in "$BASE" "${models[@]}"; do systems+=("$model" "late:$model"); done
     for window in "${dev_windows[@]}"; do
         tisa-hf context-passages "${systems[@]}" --paired chunk:minilm late:chunk:minilm "$BASE" \
-            --data "$TEXT/test.txt" --window-tokens "$window" --out "$RUNS/dev/w$window" "${dev_limits[@]}"
+            --data "$TEXT/test.txt" --window-tokens "$window" --out "$RUNS/dev/w$window" "${dev_limits[@]}" \
+            --token-states "$RUNS/token-states"
     done
 }
 
@@ -118,7 +121,7 @@ stage_qmsum() {
     for window in "${windows[@]}"; do
         tisa-hf qmsum-passages bm25 chunk:minilm late:chunk:minilm "$chosen" "late:$chosen" "hybrid:bm25+$chosen" \
             --paired bm25 chunk:minilm late:chunk:minilm --window-tokens "$window" --out "$RECORDS/w$window" \
-            "${qmsum_limits[@]}"
+            "${qmsum_limits[@]}" --token-states "$TOKEN_STATES"
     done
 }
 
