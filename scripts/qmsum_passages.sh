@@ -10,7 +10,9 @@
 #             read whole and each window pooled from its token states, their late: read-outs (each window's part
 #             of the whole read) and their hybrids, paired to chunking's. Each model reads each meeting once for
 #             every read-out and W: its whole reads are kept in TOKEN_STATES (about 6 GB a model), so the first W
-#             costs about 80 minutes a model on 2 CPU cores and the others minutes (a GPU's work).
+#             costs about 80 minutes a model on 2 CPU cores and the others minutes (a GPU's work);
+#   apart     the adapted models' windows read apart (chunk:, and its late:), paired to their whole reads: the same
+#             weights with and without the meeting around a window (about an hour a model and W on 2 CPU cores).
 # A stage's call repeats the systems it pairs to, which a finished record skips (a rerun of a finished stage
 # computes nothing). The window embeddings and scores (about 220 MB a system and setting at W = 128) stay out of
 # git (the records folder's .gitignore): an interrupted model system resumes at its next meeting on the machine
@@ -52,20 +54,31 @@ stage_late() {
     passages bm25 chunk:minilm late:chunk:minilm hybrid:bm25+late:chunk:minilm \
         --paired bm25 chunk:minilm late:chunk:minilm
 }
-stage_context() {
-    local reads systems=(bm25 chunk:minilm late:chunk:minilm) system
+stage_context() {  # a model at a time, every W: its first W reads the meetings, the others reuse the reads
+    local reads read
     mapfile -t reads < <(whole_reads)
-    for system in "${reads[@]}"; do systems+=("$system" "late:$system" "hybrid:bm25+$system"); done
-    passages "${systems[@]}" --paired bm25 chunk:minilm late:chunk:minilm --token-states "$TOKEN_STATES"
+    for read in "${reads[@]}"; do
+        passages bm25 chunk:minilm late:chunk:minilm "$read" "late:$read" "hybrid:bm25+$read" \
+            "hybrid:bm25+late:$read" --paired bm25 chunk:minilm late:chunk:minilm --token-states "$TOKEN_STATES"
+    done
+}
+stage_apart() {  # the adapted models' own windows read apart: the same weights without the meeting around them
+    local reads read
+    mapfile -t reads < <(whole_reads)
+    for read in "${reads[@]}"; do
+        [[ $read == interp:* ]] && continue
+        passages bm25 chunk:minilm late:chunk:minilm "chunk:$read" "late:chunk:$read" "$read" "late:$read" \
+            --paired bm25 chunk:minilm late:chunk:minilm "chunk:$read" "late:chunk:$read" --token-states "$TOKEN_STATES"
+    done
 }
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(bm25 chunk late context)
+[[ ${#stages[@]} -gt 0 ]] || stages=(bm25 chunk late context apart)
 for stage in "${stages[@]}"; do
     case $stage in
-        bm25 | chunk | late | context) "stage_$stage" ;;
+        bm25 | chunk | late | context | apart) "stage_$stage" ;;
         *)
-            echo "qmsum_passages.sh: unknown stage $stage; give bm25, chunk, late or context." >&2
+            echo "qmsum_passages.sh: unknown stage $stage; give bm25, chunk, late, context or apart." >&2
             exit 2
             ;;
     esac
