@@ -1,0 +1,67 @@
+"""The summary tables of QMSum's passage cells (docs/results-longdoc.md, section 2d) from the records of
+`scripts/qmsum_passages.sh`: every system's measures at each W in both settings, then nDCG@10 minus each reference's
+with its 95% bootstrap interval, as markdown. Reads only the committed records (no model, no data):
+
+    python scripts/passages_summary.py                               # against bm25
+    python scripts/passages_summary.py --references bm25 chunk:minilm late:chunk:minilm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+RECORDS = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-passages-minilm"
+MEASURES = ("ndcg_at_10", "recall_at_10", "recall_at_50")
+CELLS = ("across", "within")
+
+
+def shown(system: str) -> str:
+    """The system as the docs write it: a model folder by its last name (`runs/adapt-minilm/s5-all`: `s5-all`)."""
+    return re.sub(r"[^\s:+]*/", "", system)
+
+
+def signed(value: float) -> str:
+    return f"{100 * value:+.1f}".replace("-", "−")
+
+
+def measures_table(records: dict[int, dict]) -> list[str]:
+    header = " | ".join(f"{name} {cell}" for cell in CELLS for name in ("nDCG@10", "Recall@10", "Recall@50"))
+    lines = [f"| W | system | {header} | minutes |", "|---:|---|" + "---:|" * 7]
+    for window, record in records.items():
+        for system, result in record["results"].items():
+            values = " | ".join(f"{100 * result[cell][key]:.1f}" for cell in CELLS for key in MEASURES)
+            lines.append(f"| {window} | `{shown(system)}` | {values} | {result['wall_time_s'] / 60:.1f} |")
+    return lines
+
+
+def paired_table(records: dict[int, dict], reference: str) -> list[str]:
+    lines = [f"nDCG@10 minus `{shown(reference)}`'s (95% bootstrap interval over the queries):", ""]
+    lines += ["| W | system | across | within |", "|---:|---|---:|---:|"]
+    for window, record in records.items():
+        for system, cells in record["paired"].get(reference, {}).items():
+            entries = [cells[cell]["ndcg_at_10"] for cell in CELLS]
+            shown_cells = " | ".join(
+                f"{signed(e['difference'])} [{signed(e['low'])}, {signed(e['high'])}]" for e in entries
+            )
+            lines.append(f"| {window} | `{shown(system)}` | {shown_cells} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=Path, default=RECORDS, help="The folder of the wW record folders.")
+    parser.add_argument("--windows", type=int, nargs="+", default=[128, 256, 512])
+    parser.add_argument("--references", nargs="+", default=["bm25"], help="Systems to pair against.")
+    args = parser.parse_args()
+    records = {
+        window: json.loads((args.records / f"w{window}" / "qmsum-passages.json").read_text()) for window in args.windows
+    }
+    blocks = [measures_table(records)] + [paired_table(records, reference) for reference in args.references]
+    print("\n\n".join("\n".join(block) for block in blocks))
+
+
+if __name__ == "__main__":
+    main()
