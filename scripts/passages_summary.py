@@ -4,6 +4,10 @@ with its 95% bootstrap interval, as markdown. Reads only the committed records (
 
     python scripts/passages_summary.py                               # against bm25
     python scripts/passages_summary.py --references bm25 chunk:minilm late:chunk:minilm
+
+`--similarity` adds how alike a one-vector system's windows are: the mean cosine of two windows of one meeting, of
+neighbouring windows, and of two windows drawn at random from the corpus, from the window embeddings that the
+machine which ran the cells keeps (`wW/embeddings/`, not committed).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import argparse
 import json
 import re
 from pathlib import Path
+
+import numpy as np
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-passages-minilm"
 MEASURES = ("ndcg_at_10", "recall_at_10", "recall_at_50")
@@ -50,16 +56,38 @@ def paired_table(records: dict[int, dict], reference: str) -> list[str]:
     return lines
 
 
+def similarity_table(folder: Path, windows: list[int]) -> list[str]:
+    lines = ["| W | system | two windows of a meeting | neighbouring windows | two windows at random |"]
+    lines.append("|---:|---|---:|---:|---:|")
+    for window in windows:
+        for state in sorted((folder / f"w{window}" / "embeddings").glob("*.json")):
+            if state.stem.startswith("late_"):
+                continue  # late: keeps scores, not vectors
+            vectors, counts = np.load(state.with_suffix(".npy")), json.loads(state.read_text())["windows"]
+            bounds = np.cumsum([0, *counts])
+            meetings = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+            pairs = [(m @ m.T)[np.triu_indices(len(m), 1)].mean() for m in meetings if len(m) > 1]
+            neighbours = [np.sum(m[1:] * m[:-1], axis=1).mean() for m in meetings if len(m) > 1]
+            drawn = np.random.default_rng(0).integers(0, len(vectors), (2, 10_000))
+            anywhere = np.sum(vectors[drawn[0]] * vectors[drawn[1]], axis=1).mean()
+            name = state.stem.rsplit("-", 1)[0]
+            lines.append(f"| {window} | {name} | {np.mean(pairs):.3f} | {np.mean(neighbours):.3f} | {anywhere:.3f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=Path, default=RECORDS, help="The folder of the wW record folders.")
     parser.add_argument("--windows", type=int, nargs="+", default=[128, 256, 512])
     parser.add_argument("--references", nargs="+", default=["bm25"], help="Systems to pair against.")
+    parser.add_argument("--similarity", action="store_true", help="Add how alike each system's windows are.")
     args = parser.parse_args()
     records = {
         window: json.loads((args.records / f"w{window}" / "qmsum-passages.json").read_text()) for window in args.windows
     }
     blocks = [measures_table(records)] + [paired_table(records, reference) for reference in args.references]
+    if args.similarity:
+        blocks.append(similarity_table(args.records, args.windows))
     print("\n\n".join("\n".join(block) for block in blocks))
 
 
