@@ -4,8 +4,9 @@
 #   train   the variants of `tisa-hf context-train` on WikiText-2's valid.txt (the adaptation's text; test.txt is
 #           held out for the development task): titled (queries of the title, heading and window words, in-sequence
 #           and in-batch negatives), plain (the window's words alone: InSeNT without the title), titled-anchor
-#           (titled, with the windows read apart kept at BASE's embeddings, for STS-B) and titled-sequence (titled,
-#           in-sequence negatives only);
+#           (titled, with the windows read apart kept at BASE's embeddings, for STS-B), titled-sequence (titled,
+#           in-sequence negatives only) and titled-long (titled, on documents of 2,048 tokens, 2 a step: a window
+#           among about 16 of its document rather than 3, nearer a meeting's length);
 #   dev     `tisa-hf context-passages` on test.txt at every W of DEV_WINDOWS (default 256, the W the choice reads; add
 #           128 with DEV_WINDOWS="256 128"): BM25, minilm read apart and whole, BASE and every variant, each with its
 #           late: read-out, paired to chunk:minilm, late:chunk:minilm and BASE;
@@ -35,7 +36,7 @@ TOKEN_STATES=${TOKEN_STATES:-runs/qmsum-token-states}  # the meetings' whole rea
 STEPS=${STEPS:-300}
 read -ra windows <<<"${WINDOWS:-128 256 512}"
 read -ra dev_windows <<<"${DEV_WINDOWS:-256}"
-VARIANTS=(titled plain titled-anchor titled-sequence)
+VARIANTS=(titled titled-long plain titled-anchor titled-sequence)
 export HF_HUB_OFFLINE=1
 
 train_limits=() dev_limits=() qmsum_limits=()
@@ -51,6 +52,7 @@ variant_options() {  # variant_options NAME: its tisa-hf context-train options
         plain) echo "--queries plain" ;;
         titled-anchor) echo "--queries titled --anchor" ;;
         titled-sequence) echo "--queries titled --negatives in-sequence" ;;
+        titled-long) echo "--queries titled --document-tokens 2048 --train-batch-size 2" ;;
     esac
 }
 
