@@ -54,12 +54,14 @@ stage_late() {
     passages bm25 chunk:minilm late:chunk:minilm hybrid:bm25+late:chunk:minilm \
         --paired bm25 chunk:minilm late:chunk:minilm
 }
+# What every whole read is paired to: BM25 and the windows read apart, each read-out alone and fused with BM25.
+references=(bm25 chunk:minilm late:chunk:minilm hybrid:bm25+chunk:minilm hybrid:bm25+late:chunk:minilm)
 stage_context() {  # a model at a time, every W: its first W reads the meetings, the others reuse the reads
     local reads read
     mapfile -t reads < <(whole_reads)
     for read in "${reads[@]}"; do
-        passages bm25 chunk:minilm late:chunk:minilm "$read" "late:$read" "hybrid:bm25+$read" \
-            "hybrid:bm25+late:$read" --paired bm25 chunk:minilm late:chunk:minilm --token-states "$TOKEN_STATES"
+        passages "${references[@]}" "$read" "late:$read" "hybrid:bm25+$read" "hybrid:bm25+late:$read" \
+            --paired "${references[@]}" --token-states "$TOKEN_STATES"
     done
 }
 stage_apart() {  # the adapted models' own windows read apart: the same weights without the meeting around them
@@ -67,8 +69,8 @@ stage_apart() {  # the adapted models' own windows read apart: the same weights 
     mapfile -t reads < <(whole_reads)
     for read in "${reads[@]}"; do
         [[ $read == interp:* ]] && continue
-        passages bm25 chunk:minilm late:chunk:minilm "chunk:$read" "late:chunk:$read" "$read" "late:$read" \
-            --paired bm25 chunk:minilm late:chunk:minilm "chunk:$read" "late:chunk:$read" --token-states "$TOKEN_STATES"
+        passages "${references[@]}" "chunk:$read" "late:chunk:$read" "$read" "late:$read" \
+            --paired "${references[@]}" "chunk:$read" "late:chunk:$read" --token-states "$TOKEN_STATES"
     done
 }
 
