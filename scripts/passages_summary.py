@@ -4,6 +4,7 @@ with its 95% bootstrap interval, as markdown. Reads only the committed records (
 
     python scripts/passages_summary.py                               # against bm25
     python scripts/passages_summary.py --references bm25 chunk:minilm late:chunk:minilm
+    python scripts/passages_summary.py --context chunk:minilm   # each whole read against the same read-out apart
 
 `--similarity` adds how alike a one-vector system's windows are: the mean cosine of two windows of one meeting, of
 neighbouring windows, and of two windows drawn at random from the corpus, from the window embeddings that the
@@ -56,6 +57,38 @@ def paired_table(records: dict[int, dict], reference: str) -> list[str]:
     return lines
 
 
+def read_apart(system: str, apart: str) -> str:
+    """The system of windows read apart (`apart`, one vector a window) with `system`'s read-out and fusion."""
+    for prefix in ("hybrid:bm25+late:", "hybrid:bm25+", "late:"):
+        if system.startswith(prefix):
+            return prefix + apart
+    return apart
+
+
+def context_table(records: dict[int, dict], apart: str) -> list[str]:
+    """Each whole read's nDCG@10 against the windows read apart with the same read-out, and against BM25."""
+    lines = [
+        f"| W | whole read | nDCG@10 across | minus `{shown(apart)}` with its read-out, across | within | "
+        "minus `bm25`, across | within |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for window, record in records.items():
+        paired = record["paired"]
+        references = {"bm25", *paired}
+        for system, result in record["results"].items():
+            twin = read_apart(system, apart)
+            if system in references or twin not in paired or system not in paired[twin]:
+                continue
+            entries = [paired[reference][system][cell]["ndcg_at_10"] for reference in (twin, "bm25") for cell in CELLS]
+            differences = " | ".join(
+                f"{signed(e['difference'])} [{signed(e['low'])}, {signed(e['high'])}]" for e in entries
+            )
+            lines.append(
+                f"| {window} | `{shown(system)}` | {100 * result['across']['ndcg_at_10']:.1f} | {differences} |"
+            )
+    return lines
+
+
 def similarity_table(folder: Path, windows: list[int]) -> list[str]:
     lines = ["| W | system | two windows of a meeting | neighbouring windows | two windows at random |"]
     lines.append("|---:|---|---:|---:|---:|")
@@ -81,11 +114,16 @@ def main() -> None:
     parser.add_argument("--windows", type=int, nargs="+", default=[128, 256, 512])
     parser.add_argument("--references", nargs="+", default=["bm25"], help="Systems to pair against.")
     parser.add_argument("--similarity", action="store_true", help="Add how alike each system's windows are.")
+    parser.add_argument(
+        "--context", metavar="APART", help="Add each whole read against APART's windows read apart, same read-out."
+    )
     args = parser.parse_args()
     records = {
         window: json.loads((args.records / f"w{window}" / "qmsum-passages.json").read_text()) for window in args.windows
     }
     blocks = [measures_table(records)] + [paired_table(records, reference) for reference in args.references]
+    if args.context:
+        blocks.append(context_table(records, args.context))
     if args.similarity:
         blocks.append(similarity_table(args.records, args.windows))
     print("\n\n".join("\n".join(block) for block in blocks))
