@@ -20,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tisa_hf.common.result_files import file_name
+from tisa_hf.embeddings.retrieval.kept_embeddings import EMBEDDINGS_FOLDER
+
 RECORDS = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-passages-minilm"
 MEASURES = ("ndcg_at_10", "recall_at_10", "recall_at_50")
 CELLS = ("across", "within")
@@ -89,13 +92,14 @@ def context_table(records: dict[int, dict], apart: str) -> list[str]:
     return lines
 
 
-def similarity_table(folder: Path, windows: list[int]) -> list[str]:
+def similarity_table(folder: Path, records: dict[int, dict]) -> list[str]:
     lines = ["| W | system | two windows of a meeting | neighbouring windows | two windows at random |"]
     lines.append("|---:|---|---:|---:|---:|")
-    for window in windows:
-        for state in sorted((folder / f"w{window}" / "embeddings").glob("*.json")):
-            if state.stem.startswith("late_"):
-                continue  # late: keeps scores, not vectors
+    for window, record in records.items():
+        for system in record["results"]:
+            state = folder / f"w{window}" / EMBEDDINGS_FOLDER / f"{file_name(system)}.json"
+            if system.startswith("late:") or not state.is_file():
+                continue  # late: keeps scores, not vectors; BM25 and fusions keep none
             vectors, counts = np.load(state.with_suffix(".npy")), json.loads(state.read_text())["windows"]
             bounds = np.cumsum([0, *counts])
             meetings = [vectors[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -103,8 +107,8 @@ def similarity_table(folder: Path, windows: list[int]) -> list[str]:
             neighbours = [np.sum(m[1:] * m[:-1], axis=1).mean() for m in meetings if len(m) > 1]
             drawn = np.random.default_rng(0).integers(0, len(vectors), (2, 10_000))
             anywhere = np.sum(vectors[drawn[0]] * vectors[drawn[1]], axis=1).mean()
-            name = state.stem.rsplit("-", 1)[0]
-            lines.append(f"| {window} | {name} | {np.mean(pairs):.3f} | {np.mean(neighbours):.3f} | {anywhere:.3f} |")
+            alike = " | ".join(f"{value:.3f}" for value in (np.mean(pairs), np.mean(neighbours), anywhere))
+            lines.append(f"| {window} | `{shown(system)}` | {alike} |")
     return lines
 
 
@@ -125,7 +129,7 @@ def main() -> None:
     if args.context:
         blocks.append(context_table(records, args.context))
     if args.similarity:
-        blocks.append(similarity_table(args.records, args.windows))
+        blocks.append(similarity_table(args.records, records))
     print("\n\n".join("\n".join(block) for block in blocks))
 
 
