@@ -9,8 +9,8 @@
 #   context   late chunking: the adapted s5-all and s5-long that exist (ADAPTED) and interp:minilm, each meeting
 #             read whole and each window pooled from its token states, their late: read-outs (each window's part
 #             of the whole read) and their hybrids, paired to chunking's. Each model reads each meeting once for
-#             every read-out and W: its whole reads are kept in TOKEN_STATES (about 6 GB a model), so the first W
-#             costs about 80 minutes a model on 2 CPU cores and the others minutes (a GPU's work);
+#             every read-out and W: its whole reads are kept in TOKEN_STATES (about 3.8 GB a model), so the first W
+#             costs about 35 minutes a model on 2 CPU cores and the others minutes (a GPU's work);
 #   apart     the adapted models' windows read apart (chunk:, and its late:), paired to their whole reads: the same
 #             weights with and without the meeting around a window (about an hour a model and W on 2 CPU cores).
 # A stage's call repeats the systems it pairs to, which a finished record skips (a rerun of a finished stage
