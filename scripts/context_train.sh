@@ -12,7 +12,7 @@
 #           late: read-out, paired to chunk:minilm, late:chunk:minilm and BASE;
 #   sts     `tisa-hf sts` of minilm, BASE and every variant (zero-shot STS-B dev, Spearman), paired to minilm;
 #   choose  the variant with the best nDCG@10 across articles at W = 256 among those within 1 point of minilm's
-#           STS-B Spearman (the best on the development task alone if none is), written to RUNS/chosen.json; QMSum
+#           STS-B Spearman (the best on the development task alone if none is), written to MEASURED/chosen.json; QMSum
 #           plays no part;
 #   qmsum   the chosen variant's QMSum passage cells (`tisa-hf qmsum-passages`: its windows pooled from each
 #           meeting's whole read, its late: read-out and its hybrid with BM25, paired to BM25 and the windows read
@@ -32,6 +32,7 @@ RUNS=${RUNS:-runs/context-minilm}
 TEXT=${TEXT:-../shared/text/wikitext-2}
 STS_DATA=${STS_DATA:-../shared/glue/STS-B/dev.tsv}
 RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
+MEASURED=${MEASURED:-docs/results/longdoc/context-minilm}  # the dev, STS-B and choice records (committed)
 TOKEN_STATES=${TOKEN_STATES:-runs/qmsum-token-states}  # the meetings' whole reads, shared with qmsum_passages.sh
 STEPS=${STEPS:-300}
 read -ra windows <<<"${WINDOWS:-128 256 512}"
@@ -42,7 +43,7 @@ export HF_HUB_OFFLINE=1
 train_limits=() dev_limits=() qmsum_limits=()
 if [[ -n ${SMOKE:-} ]]; then  # every stage on a sliver: 2 training articles, 3 steps, 4 test articles, 2 meetings
     STEPS=3 train_limits=(--articles 2 --checkpoint-steps 2) dev_limits=(--articles 4) qmsum_limits=(--meetings 2)
-    RECORDS=$RUNS/qmsum-passages TOKEN_STATES=$RUNS/qmsum-token-states windows=(256)
+    RECORDS=$RUNS/qmsum-passages MEASURED=$RUNS/measured TOKEN_STATES=$RUNS/qmsum-token-states windows=(256)
     mkdir -p "$RUNS" && head -n 41 "$STS_DATA" >"$RUNS/sts-smoke.tsv" && STS_DATA=$RUNS/sts-smoke.tsv
 fi
 
@@ -81,7 +82,7 @@ stage_dev() {
     for model in "$BASE" "${models[@]}"; do systems+=("$model" "late:$model"); done
     for window in "${dev_windows[@]}"; do
         tisa-hf context-passages "${systems[@]}" --paired chunk:minilm late:chunk:minilm "$BASE" \
-            --data "$TEXT/test.txt" --window-tokens "$window" --out "$RUNS/dev/w$window" "${dev_limits[@]}" \
+            --data "$TEXT/test.txt" --window-tokens "$window" --out "$MEASURED/dev/w$window" "${dev_limits[@]}" \
             --token-states "$RUNS/token-states"
     done
 }
@@ -89,19 +90,19 @@ stage_dev() {
 stage_sts() {
     local models
     mapfile -t models < <(trained)
-    tisa-hf sts minilm "$BASE" "${models[@]}" --paired minilm --data "$STS_DATA" --out "$RUNS/sts"
+    tisa-hf sts minilm "$BASE" "${models[@]}" --paired minilm --data "$STS_DATA" --out "$MEASURED/sts"
 }
 
 stage_choose() {
-    python - "$RUNS" <<'PY'
+    python - "$MEASURED" "$RUNS" <<'PY'
 import json
 import sys
 from pathlib import Path
 
-runs = Path(sys.argv[1])
-dev = json.loads((runs / "dev/w256/context-passages.json").read_text())["results"]
-sts = json.loads((runs / "sts/sts.json").read_text())["results"]
-variants = [name for name in dev if name.startswith(str(runs)) and name in sts]
+measured, runs = Path(sys.argv[1]), sys.argv[2]
+dev = json.loads((measured / "dev/w256/context-passages.json").read_text())["results"]
+sts = json.loads((measured / "sts/sts.json").read_text())["results"]
+variants = [name for name in dev if name.startswith(runs) and name in sts]
 if not variants:
     sys.exit("context_train.sh choose: no trained variant is measured on both the dev task and STS-B; run dev and sts.")
 kept = [name for name in variants if sts[name]["spearman"] >= sts["minilm"]["spearman"] - 1.0]  # x100
@@ -112,14 +113,14 @@ choice = {
     "dev_ndcg_at_10_across_w256": {name: dev[name]["across"]["ndcg_at_10"] for name in variants},
     "sts_b_spearman": {name: sts[name]["spearman"] for name in ["minilm", *variants]},
 }
-(runs / "chosen.json").write_text(json.dumps(choice, indent=2) + "\n")
+(measured / "chosen.json").write_text(json.dumps(choice, indent=2) + "\n")
 print(f"chosen: {chosen}" + ("" if chosen in kept else " (no variant is within 1 point of minilm on STS-B)"))
 PY
 }
 
 stage_qmsum() {
     local chosen window
-    chosen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['chosen'])" "$RUNS/chosen.json")
+    chosen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['chosen'])" "$MEASURED/chosen.json")
     for window in "${windows[@]}"; do
         tisa-hf qmsum-passages bm25 chunk:minilm late:chunk:minilm "$chosen" "late:$chosen" "hybrid:bm25+$chosen" \
             --paired bm25 chunk:minilm late:chunk:minilm --window-tokens "$window" --out "$RECORDS/w$window" \
