@@ -37,6 +37,11 @@ def signed(value: float) -> str:
     return f"{100 * value:+.1f}".replace("-", "−")
 
 
+def interval(entry: dict[str, float]) -> str:
+    """A paired difference x100 with its interval: `+1.0 [+0.2, +1.7]`."""
+    return f"{signed(entry['difference'])} [{signed(entry['low'])}, {signed(entry['high'])}]"
+
+
 def measures_table(records: dict[int, dict]) -> list[str]:
     header = " | ".join(f"{name} {cell}" for cell in CELLS for name in ("nDCG@10", "Recall@10", "Recall@50"))
     lines = [f"| W | system | {header} | minutes |", "|---:|---|" + "---:|" * 7]
@@ -52,10 +57,7 @@ def paired_table(records: dict[int, dict], reference: str) -> list[str]:
     lines += ["| W | system | across | within |", "|---:|---|---:|---:|"]
     for window, record in records.items():
         for system, cells in record["paired"].get(reference, {}).items():
-            entries = [cells[cell]["ndcg_at_10"] for cell in CELLS]
-            shown_cells = " | ".join(
-                f"{signed(e['difference'])} [{signed(e['low'])}, {signed(e['high'])}]" for e in entries
-            )
+            shown_cells = " | ".join(interval(cells[cell]["ndcg_at_10"]) for cell in CELLS)
             lines.append(f"| {window} | `{shown(system)}` | {shown_cells} |")
     return lines
 
@@ -83,9 +85,7 @@ def context_table(records: dict[int, dict], apart: str) -> list[str]:
             if system in references or twin not in paired or system not in paired[twin]:
                 continue
             entries = [paired[reference][system][cell]["ndcg_at_10"] for reference in (twin, "bm25") for cell in CELLS]
-            differences = " | ".join(
-                f"{signed(e['difference'])} [{signed(e['low'])}, {signed(e['high'])}]" for e in entries
-            )
+            differences = " | ".join(map(interval, entries))
             lines.append(
                 f"| {window} | `{shown(system)}` | {100 * result['across']['ndcg_at_10']:.1f} | {differences} |"
             )

@@ -3,6 +3,7 @@ architecture, saved models with a word-level tokenizer, GLUE-format tasks and Wi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shlex
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from transformers import (
@@ -254,3 +256,18 @@ class RecordingRoute:
     def install(self, monkeypatch) -> RecordingRoute:
         monkeypatch.setattr(attention.SdpaPolicy, "choose", lambda policy, call: self.choose(policy, call))
         return self
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/NAME.py imported as a module: the scripts are no package, and one may import a sibling."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return module

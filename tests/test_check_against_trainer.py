@@ -1,7 +1,6 @@
 """`scripts/check_against_trainer.py` on a tiny random BERT and generated GLUE files (nothing is downloaded)."""
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import write_glue_tsv, write_tiny_model
+from tests.fixtures import load_script, write_glue_tsv, write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "check_against_trainer.py"
@@ -65,7 +64,7 @@ def test_without_dropout_both_sides_train_the_same_model(workspace, tmp_path):
 
 
 def test_tisa_settings_are_refused(workspace, tmp_path):
-    script = load_script()
+    script = load_script("check_against_trainer")
     argv = script.tisa_hf_argv(script_options(workspace), "rte", 1, ["--tisa.num_kernels", "3"])
     with pytest.raises(ValueError, match="^This check compares the baseline: with TISA, tisa-hf trains the kernels"):
         script.parse_settings(argv, tmp_path / "run")
@@ -95,7 +94,7 @@ def test_default_tasks_train_on_both_sides(workspace, tmp_path):
 
 
 def test_finished_runs_with_other_settings_are_refused(workspace, tmp_path):
-    script = load_script()
+    script = load_script("check_against_trainer")
     argv = script.tisa_hf_argv(script_options(workspace), "rte", 1, ["--learning-rate", "1e-4"])
     settings = script.parse_settings(argv, tmp_path / "run")
     record = {"config": script.resolved_config(*settings)}
@@ -112,13 +111,6 @@ def test_finished_runs_with_other_settings_are_refused(workspace, tmp_path):
     fixed = script.parse_settings([*argv, "--max-steps", "10"], tmp_path / "run")
     with pytest.raises(ValueError, match=r"other settings \(max_steps\)"):
         script.check_finished(tmp_path / "run", {"config": resolved}, fixed)
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("check_against_trainer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def script_options(workspace):

@@ -1,6 +1,5 @@
 """`scripts/check_pooling.py` on a tiny random BERT and generated GLUE files (nothing is downloaded)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, RobertaForSequenceClassification
 
-from tests.fixtures import tiny_config, write_glue_tsv, write_tiny_model
+from tests.fixtures import load_script, tiny_config, write_glue_tsv, write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -19,14 +18,7 @@ SCRIPTS = ROOT / "scripts"
 
 @pytest.fixture(scope="module")
 def pooling(tmp_path_factory):
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its sibling check_against_trainer
-    try:
-        spec = importlib.util.spec_from_file_location("check_pooling", SCRIPTS / "check_pooling.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    return module
+    return load_script("check_pooling")  # it imports its sibling check_against_trainer
 
 
 @pytest.fixture(scope="module")

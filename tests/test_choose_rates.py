@@ -3,22 +3,18 @@ configurations still waiting for runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "choose_rates.py"
+from tests.fixtures import load_script
 
 
 @pytest.fixture(scope="module")
 def choose_rates():
-    spec = importlib.util.spec_from_file_location("choose_rates", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("choose_rates")
 
 
 def write_sweep(root: Path) -> Path:

@@ -4,25 +4,20 @@ here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.fixtures import load_script
 from tisa_hf.common.result_files import file_name
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "passages_summary.py"
 WHOLE = "runs/adapt/s5-all"
 
 
 @pytest.fixture(scope="module")
 def summary():
-    spec = importlib.util.spec_from_file_location("passages_summary", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("passages_summary")
 
 
 def interval(difference: float) -> dict[str, float]:

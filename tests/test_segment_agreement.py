@@ -1,6 +1,5 @@
 """`scripts/segment_agreement.py` on tiny random BERTs and a generated MRPC folder, against a direct computation."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,19 +9,14 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 
 import tisa_hf
-from tests.fixtures import write_glue_tsv, write_tiny_model
+from tests.fixtures import load_script, write_glue_tsv, write_tiny_model
 from tisa_hf.finetune.glue.data import load_glue
 from tisa_hf.finetune.task_tables import get_task
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "segment_agreement.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("segment_agreement", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("segment_agreement")
 
 
 @pytest.fixture(scope="module")
