@@ -224,6 +224,9 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
             "spans do."
         ),
         (f"trunc:{tiny}",): f"trunc:{tiny}: a window read apart is chunk:'s reading; write chunk:{tiny}.",
+        ("bm25", "--token-states", str(no_specific / "train" / "M1.json")): (
+            f"--token-states {no_specific / 'train' / 'M1.json'} is a file; give a folder."
+        ),
         ("bm25", "--window-tokens", "2"): (
             "--window-tokens 2: a window needs 3 tokens at least (its [CLS], one of the meeting's, its [SEP])."
         ),

@@ -136,9 +136,9 @@ class FinishedCells:
         self.path.unlink(missing_ok=True)
 
 
-def check_out_folder(out: str) -> None:
+def check_out_folder(out: str, option: str = "--out") -> None:
     if Path(out).exists() and not Path(out).is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder.")
+        raise UsageError(f"{option} {out} is a file; give a folder.")
 
 
 def claim_finished_folder(out: Path, marker: str, what: str, overwrite: bool) -> None:

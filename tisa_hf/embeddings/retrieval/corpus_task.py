@@ -153,6 +153,8 @@ class CorpusRetrieval:
     ) -> None:
         check_system_names(args.systems, args.paired)
         check_out_folder(args.out)
+        if args.token_states:
+            check_out_folder(args.token_states, "--token-states")
         self.kind, self.corpus, self.args, self.out = kind, corpus, args, Path(args.out)
         self.systems = [parse_system(spec) for spec in args.systems]
         check_hybrid_parts(self.systems)
