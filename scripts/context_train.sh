@@ -9,7 +9,8 @@
 #           among about 16 of its document rather than 3, nearer a meeting's length);
 #   dev     `tisa-hf context-passages` on test.txt at every W of DEV_WINDOWS (default 256, the W the choice reads; add
 #           128 with DEV_WINDOWS="256 128"): BM25, minilm read apart and whole, BASE and every variant, each with its
-#           late: read-out, paired to chunk:minilm, late:chunk:minilm and BASE;
+#           late: read-out, paired to chunk:minilm, BASE and titled (the recipe the others vary), each with both
+#           read-outs;
 #   sts     `tisa-hf sts` of minilm, BASE and every variant (zero-shot STS-B dev, Spearman), paired to minilm;
 #   choose  the variant with the best nDCG@10 across articles at W = 256 among those within 1 point of minilm's
 #           STS-B Spearman (the best on the development task alone if none is), written to MEASURED/chosen.json; QMSum
@@ -78,10 +79,12 @@ trained() {  # the trained variants' folders, one a line
 
 stage_dev() {
     local window models systems=(bm25 chunk:minilm late:chunk:minilm interp:minilm late:interp:minilm) model
+    local references=(chunk:minilm late:chunk:minilm "$BASE" "late:$BASE") recipe=$RUNS/${VARIANTS[0]}
     mapfile -t models < <(trained)
     for model in "$BASE" "${models[@]}"; do systems+=("$model" "late:$model"); done
+    [[ -f $recipe/context_train.json ]] && references+=("$recipe" "late:$recipe")
     for window in "${dev_windows[@]}"; do
-        tisa-hf context-passages "${systems[@]}" --paired chunk:minilm late:chunk:minilm "$BASE" \
+        tisa-hf context-passages "${systems[@]}" --paired "${references[@]}" \
             --data "$TEXT/test.txt" --window-tokens "$window" --out "$MEASURED/dev/w$window" "${dev_limits[@]}" \
             --token-states "$RUNS/token-states"
     done
