@@ -15,9 +15,10 @@
 #   choose  the variant with the best nDCG@10 across articles at W = 256 among those within 1 point of minilm's
 #           STS-B Spearman (the best on the development task alone if none is), written to MEASURED/chosen.json; QMSum
 #           plays no part;
-#   qmsum   the chosen variant's QMSum passage cells (`tisa-hf qmsum-passages`: its windows pooled from each
-#           meeting's whole read, its late: read-out and its hybrid with BM25, paired to BM25 and the windows read
-#           apart) at every W of WINDOWS, into the records of scripts/qmsum_passages.sh.
+#   qmsum   the chosen variant's QMSum passage cells at every W of WINDOWS, as scripts/qmsum_passages.sh's context
+#           stage measures every whole read (its windows pooled from each meeting's whole read, its late: read-out
+#           and their hybrids with BM25, paired to BM25 and the windows read apart), into that script's records,
+#           and every system there paired to BASE with both read-outs.
 # Every stage resumes: a finished training (its context_train.json) is skipped and an interrupted one resumes from its
 # checkpoint; the evaluations measure only the systems their records lack, and keep each model's whole reads
 # (--token-states) so that its late: read-out and the other W read nothing again.
@@ -41,9 +42,9 @@ read -ra dev_windows <<<"${DEV_WINDOWS:-256}"
 VARIANTS=(titled titled-long plain titled-anchor titled-sequence)
 export HF_HUB_OFFLINE=1
 
-train_limits=() dev_limits=() qmsum_limits=()
+train_limits=() dev_limits=() meetings=
 if [[ -n ${SMOKE:-} ]]; then  # every stage on a sliver: 2 training articles, 3 steps, 4 test articles, 2 meetings
-    STEPS=3 train_limits=(--articles 2 --checkpoint-steps 2) dev_limits=(--articles 4) qmsum_limits=(--meetings 2)
+    STEPS=3 train_limits=(--articles 2 --checkpoint-steps 2) dev_limits=(--articles 4) meetings=2
     RECORDS=$RUNS/qmsum-passages MEASURED=$RUNS/measured TOKEN_STATES=$RUNS/qmsum-token-states windows=(256)
     mkdir -p "$RUNS" && head -n 41 "$STS_DATA" >"$RUNS/sts-smoke.tsv" && STS_DATA=$RUNS/sts-smoke.tsv
 fi
@@ -121,13 +122,15 @@ print(f"chosen: {chosen}" + ("" if chosen in kept else " (no variant is within 1
 PY
 }
 
-stage_qmsum() {
-    local chosen window
+stage_qmsum() {  # the chosen variant as one more whole read of scripts/qmsum_passages.sh's context stage
+    local chosen
     chosen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['chosen'])" "$MEASURED/chosen.json")
-    for window in "${windows[@]}"; do
-        tisa-hf qmsum-passages bm25 chunk:minilm late:chunk:minilm "$chosen" "late:$chosen" "hybrid:bm25+$chosen" \
-            --paired bm25 chunk:minilm late:chunk:minilm --window-tokens "$window" --out "$RECORDS/w$window" \
-            "${qmsum_limits[@]}" --token-states "$TOKEN_STATES"
+    READS=$chosen WINDOWS="${windows[*]}" RECORDS=$RECORDS TOKEN_STATES=$TOKEN_STATES MEETINGS=$meetings \
+        bash scripts/qmsum_passages.sh context
+    for window in "${windows[@]}"; do  # and every system paired to BASE too: what the training changed on QMSum
+        tisa-hf qmsum-passages "$BASE" "late:$BASE" "$chosen" "late:$chosen" --paired "$BASE" "late:$BASE" \
+            --window-tokens "$window" --out "$RECORDS/w$window" ${meetings:+--meetings "$meetings"} \
+            --token-states "$TOKEN_STATES"
     done
 }
 

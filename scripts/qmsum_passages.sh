@@ -6,20 +6,23 @@
 #   bm25      BM25 over the windows' text (under a minute a W);
 #   chunk     chunk:minilm, each window read apart, and its hybrid with BM25 (tens of minutes a W on 2 CPU cores);
 #   late      late:chunk:minilm, MaxSim against each window's token vectors read apart, and its hybrid;
-#   context   late chunking: the adapted s5-all and s5-long that exist (ADAPTED) and interp:minilm, each meeting
-#             read whole and each window pooled from its token states, their late: read-outs (each window's part
-#             of the whole read) and their hybrids, paired to chunking's. Each model reads each meeting once for
-#             every read-out and W: its whole reads are kept in TOKEN_STATES (about 3.8 GB a model), so the first W
-#             costs about 35 minutes a model on 2 CPU cores and the others minutes (a GPU's work);
+#   context   late chunking: the whole-read models of READS (default: the adapted s5-all and s5-long that exist in
+#             ADAPTED, and interp:minilm), each meeting read whole and each window pooled from its token states,
+#             their late: read-outs (each window's part of the whole read) and their hybrids, paired to BM25 and
+#             to chunking's. Each model reads each meeting once for every read-out and W: its whole reads are kept
+#             in TOKEN_STATES (about 3.8 GB a model), so the first W costs about 35 minutes a model on 2 CPU cores
+#             and the others minutes (a GPU's work);
 #   apart     the adapted models' windows read apart (chunk:, and its late:), paired to their whole reads: the same
 #             weights with and without the meeting around a window (about an hour a model and W on 2 CPU cores).
 # A stage's call repeats the systems it pairs to, which a finished record skips (a rerun of a finished stage
-# computes nothing). The window embeddings and scores (about 220 MB a system and setting at W = 128) stay out of
+# computes nothing), and a record keeps every reference it was paired to. MEETINGS=N reads the first N meetings only
+# (a smoke run). The window embeddings and scores (about 220 MB a system and setting at W = 128) stay out of
 # git (the records folder's .gitignore): an interrupted model system resumes at its next meeting on the machine
 # that ran it; elsewhere it is measured again.
 #
 #   bash scripts/qmsum_passages.sh                      # every stage
 #   WINDOWS="128" bash scripts/qmsum_passages.sh bm25 chunk
+#   READS="runs/context-minilm/titled" bash scripts/qmsum_passages.sh context   # one more whole-read model
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,12 +35,17 @@ export HF_HUB_OFFLINE=1
 passages() {  # passages SYSTEM... [--paired REF...]: every W of WINDOWS, into $RECORDS/wW
     local window
     for window in "${windows[@]}"; do
-        tisa-hf qmsum-passages "$@" --window-tokens "$window" --out "$RECORDS/w$window"
+        tisa-hf qmsum-passages "$@" --window-tokens "$window" --out "$RECORDS/w$window" \
+            ${MEETINGS:+--meetings "$MEETINGS"}
     done
 }
 
-whole_reads() {  # the whole-read systems that exist, one a line; the missing adapted ones named on stderr
+whole_reads() {  # READS, or the whole-read systems that exist, one a line; the missing adapted ones on stderr
     local name
+    if [[ -n ${READS:-} ]]; then
+        tr ' ' '\n' <<<"$READS"
+        return
+    fi
     for name in s5-all s5-long; do
         if [[ -f $ADAPTED/$name/metrics.json || -f $ADAPTED/$name/modules.json ]]; then
             echo "$ADAPTED/$name"

@@ -127,8 +127,12 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
 
     loaded.clear()
     trunc = f"trunc:{tiny}"
-    again = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, convex, trunc, "--paired", chunk))
+    again = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", chunk, hybrid, convex, trunc, "--paired", "bm25"))
     assert loaded == [trunc] and again["results"]["bm25"] == record["results"]["bm25"]
+    # the earlier reference's table is kept, with the new system in it, beside the new reference's
+    assert list(again["paired"]) == [chunk, "bm25"]
+    assert again["paired"][chunk]["bm25"] == record["paired"][chunk]["bm25"] and trunc in again["paired"][chunk]
+    assert set(again["paired"]["bm25"]) == {chunk, hybrid, convex, trunc}
 
 
 def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path, loaded, monkeypatch):

@@ -64,6 +64,12 @@ def paired_difference(
     return {"difference": difference, "low": low, "high": high}
 
 
+def kept_references(record: dict[str, Any], requested: list[str]) -> list[str]:
+    """The references a resumed record is paired to: those it was paired to before, then the newly `requested`. A
+    rerun that adds systems or references recomputes every table (the new systems in them too) and drops none."""
+    return list(dict.fromkeys([*record.get("paired", {}), *requested]))
+
+
 def paired_per_query(values: list[float], reference: list[float], resamples: int, seed: int) -> dict[str, Any]:
     """The mean of `values` minus that of `reference` (per query, the same queries) with its 95% bootstrap
     interval over the queries (`paired_difference` with one query per block)."""

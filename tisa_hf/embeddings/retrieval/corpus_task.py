@@ -38,7 +38,7 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
 from ...common.machine import checked_device, machine, versions
-from ...common.paired import paired_per_query
+from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import SCORES_FOLDER, check_out_folder, file_name, resumable_record, write_record
 from ...common.tables import markdown_table, paired_cell
 from ...errors import UsageError
@@ -241,7 +241,7 @@ class CorpusRetrieval:
                 logger.info("%s%s: %s", system.spec, "" if names == [CELL] else f" {name}", summary)
         record["paired"] = {
             reference: paired_to(record, reference, self.judges, args.bootstrap, args.bootstrap_seed)
-            for reference in args.paired
+            for reference in kept_references(record, args.paired)
         }
         write_record(record, out / kind.results_file)
         (out / kind.tables_file).write_text(format_tables(record, kind, self.judges))

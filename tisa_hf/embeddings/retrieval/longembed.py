@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from ...common.machine import checked_device, machine, versions
-from ...common.paired import paired_per_query
+from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import (
     check_out_folder,
     file_name,
@@ -316,7 +316,8 @@ class LongEmbedRetrieval:
             del embedder
         progress.close()
         record["paired"] = {
-            reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed) for reference in args.paired
+            reference: paired_to(record, reference, args.bootstrap, args.bootstrap_seed)
+            for reference in kept_references(record, args.paired)
         }
         write_record(record, out / RESULTS_FILE)
         (out / TABLES_FILE).write_text(format_tables(record))
