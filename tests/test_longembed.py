@@ -152,6 +152,12 @@ def test_a_run_writes_every_cell_resumes_and_pairs_on_the_same_queries(workspace
     again = json.loads((tmp_path / "out" / "longembed.json").read_text())
     assert again["results"][trunc] == saved["results"][trunc] and set(again["paired"][trunc]) == {bag, chunk}
 
+    # a rerun with another reference measures nothing and keeps the earlier reference's table
+    longembed.run(arguments(workspace, tmp_path / "out", trunc, bag, chunk, "--paired", chunk))
+    assert loaded == [chunk]
+    kept = json.loads((tmp_path / "out" / "longembed.json").read_text())["paired"]
+    assert list(kept) == [trunc, chunk] and kept[trunc] == again["paired"][trunc] and set(kept[chunk]) == {trunc, bag}
+
     with pytest.raises(UsageError) as error:
         longembed.run(arguments(workspace, tmp_path / "out", trunc, "--seed", "3"))
     assert str(error.value) == (
