@@ -23,7 +23,7 @@ made of: the model folder, the indexes, the queries' vectors, the score matrices
 The summary is OUT/search-qmsum.json and OUT/search-qmsum.md.
 
     OMP_NUM_THREADS=2 taskset -c 0,1 python scripts/qmsum_search.py --model runs/adapt-minilm/s5-all \\
-        --work /tmp/qmsum-search --out docs/results/longdoc/search-qmsum-s5-all
+        --work runs/qmsum-search --out docs/results/longdoc/search-qmsum-s5-all
 """
 
 from __future__ import annotations
@@ -152,29 +152,19 @@ def scored(args: argparse.Namespace, name: str, compute) -> np.ndarray:
 
 
 def ndcg_cells(args, cells, meetings, folders, vectors, weight) -> dict[str, dict[str, Any]]:
-    """Every `ndcg-NAME` cell: nDCG@10 per query, and its paired difference to BM25."""
+    """Every `ndcg-NAME` cell: nDCG@10 per query, and its paired difference to BM25.
+
+    Each cell is recorded as soon as its scores exist, fp16's exact search and the fusions first: an interrupted run
+    keeps what it finished, and the compressed storages' exhaustive passes (about half an hour each on two cores)
+    come last.
+    """
     device = None if args.device == "cpu" else torch.device(args.device)
     bm25 = scored(args, "bm25", lambda: query_scores(load_bm25(str(folders["float16"])), meetings.queries,
                                                       BM25_TOKENIZER, len(meetings.documents)))  # fmt: skip
-    stores = {storage: StoredVectors(str(folder), finished_index(str(folder))) for storage, folder in folders.items()}
-    exact = {s: scored(args, f"exact-{s}", lambda s=s: exact_scores(vectors, stores[s], device)) for s in STORAGES}
-    systems = {"bm25": bm25, **{f"exact-{storage}": scores for storage, scores in exact.items()}}
-    systems[f"convex-{weight}"] = convex_fusion(bm25, exact["float16"], weight)
-    stage = TokenStage(str(folders["float16"]), finished_index(str(folders["float16"])), args.probes)
-    for count in args.candidates:
-        lexical = top_documents(bm25, count)
-        reranked = candidate_scores(vectors, lexical, stores["float16"], device)
-        systems[f"bm25-top{count}"] = reranked
-        systems[f"convex-{weight}-bm25-top{count}"] = convex_fusion(
-            np.where(np.isfinite(reranked), bm25, -np.inf), reranked, weight
-        )
-        tokens = np.stack([stage.candidates(query, count) for query in vectors])
-        systems[f"tokens-top{count}"] = candidate_scores(vectors, tokens, stores["float16"], device)
-        recall = [float(answer in row) for answer, row in zip(meetings.answers, tokens, strict=True)]
-        cells.keep(f"recall-tokens-top{count}", {"recall": float(np.mean(recall)), "per_query": recall})
     reference = ndcg(bm25, meetings.answers)
     results = {}
-    for name, scores in systems.items():
+
+    def measure(name: str, scores: np.ndarray) -> None:
         values = ndcg(scores, meetings.answers)
         record = cells.done(f"ndcg-{name}") or cells.keep(
             f"ndcg-{name}",
@@ -185,6 +175,28 @@ def ndcg_cells(args, cells, meetings, folders, vectors, weight) -> dict[str, dic
             },
         )
         results[name] = {key: value for key, value in record.items() if key != "per_query"}
+
+    stores = {storage: StoredVectors(str(folder), finished_index(str(folder))) for storage, folder in folders.items()}
+    exact = scored(args, "exact-float16", lambda: exact_scores(vectors, stores["float16"], device))
+    measure("bm25", bm25)
+    measure("exact-float16", exact)
+    measure(f"convex-{weight}", convex_fusion(bm25, exact, weight))
+    stage = TokenStage(str(folders["float16"]), finished_index(str(folders["float16"])), args.probes)
+    for count in args.candidates:
+        lexical = top_documents(bm25, count)
+        reranked = candidate_scores(vectors, lexical, stores["float16"], device)
+        measure(f"bm25-top{count}", reranked)
+        measure(
+            f"convex-{weight}-bm25-top{count}",
+            convex_fusion(np.where(np.isfinite(reranked), bm25, -np.inf), reranked, weight),
+        )
+        tokens = np.stack([stage.candidates(query, count) for query in vectors])
+        measure(f"tokens-top{count}", candidate_scores(vectors, tokens, stores["float16"], device))
+        recall = [float(answer in row) for answer, row in zip(meetings.answers, tokens, strict=True)]
+        cells.keep(f"recall-tokens-top{count}", {"recall": float(np.mean(recall)), "per_query": recall})
+    for storage in STORAGES[1:]:
+        name = f"exact-{storage}"
+        measure(name, scored(args, name, lambda storage=storage: exact_scores(vectors, stores[storage], device)))
     return results
 
 
