@@ -271,24 +271,76 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="../shared/longdoc/qmsum")
-    parser.add_argument("--dev-data", default="../shared/text/wikitext-2/test.txt")
+    parser.add_argument("--data", default="../shared/longdoc/qmsum", help="QMSum's folder (default: %(default)s).")
+    parser.add_argument(
+        "--dev-data",
+        default="../shared/text/wikitext-2/test.txt",
+        help="The development task's WikiText, where the fusion weight is chosen (default: %(default)s).",
+    )
     parser.add_argument("--work", required=True, help="Folder of the model, indexes, vectors and score matrices.")
     parser.add_argument("--out", required=True, help="Folder of the cells' records and the summary.")
     parser.add_argument("--model", help=f"A TISA model folder, e.g. runs/adapt-minilm/s5-all (default: {UNADAPTED}).")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="Where the meetings and summaries are encoded and the exhaustive scores computed; the latency cell "
+        "always runs on the CPU (default: %(default)s).",
+    )
     parser.add_argument("--meetings", type=int, help="The first N meetings only (a smoke run).")
     parser.add_argument("--dev-articles", type=int, help="The development task's first N articles (a smoke run).")
-    parser.add_argument("--dev-span-words", type=int, default=8)
-    parser.add_argument("--part-size", type=int, default=16)
-    parser.add_argument("--token-centroids", type=int, default=4096)
-    parser.add_argument("--probes", type=int, default=8)
-    parser.add_argument("--candidates", type=int, nargs="+", default=[5, 10, 20])
-    parser.add_argument("--latency-queries", type=int, default=50)
-    parser.add_argument("--latency-exact-queries", type=int, default=5)
-    parser.add_argument("--latency-candidates", type=int, default=5)
-    parser.add_argument("--latency-storage", default="float16", choices=STORAGES)
-    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument(
+        "--dev-span-words",
+        type=int,
+        default=8,
+        help="Words a development passage (at 48 BM25 finds every one and no weight wins; default: %(default)s).",
+    )
+    parser.add_argument(
+        "--part-size", type=int, default=16, help="Meetings an index part (the unit of resume; default: %(default)s)."
+    )
+    parser.add_argument(
+        "--token-centroids",
+        type=int,
+        default=4096,
+        help="Centroids of the token candidate stage (default: %(default)s).",
+    )
+    parser.add_argument("--probes", type=int, default=8, help="Centroids a query token visits (default: %(default)s).")
+    parser.add_argument(
+        "--candidates",
+        type=int,
+        nargs="+",
+        default=[5, 10, 20],
+        help="Meetings each candidate stage hands to exact MaxSim (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--latency-queries",
+        type=int,
+        default=50,
+        help="Summaries timed through each candidate stage and fusion (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--latency-exact-queries",
+        type=int,
+        default=5,
+        help="Summaries timed through exact search over every meeting (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--latency-candidates",
+        type=int,
+        default=5,
+        help="Candidates of the timed searches (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--latency-storage",
+        default="float16",
+        choices=STORAGES,
+        help="The index the timed searches read (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help="Bootstrap resamples of the paired intervals (default: %(default)s).",
+    )
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
