@@ -15,7 +15,8 @@ made of: the model folder, the indexes, the queries' vectors, the score matrices
 - `ndcg-NAME`: nDCG@10 over every summary of BM25, exact MaxSim per storage, each candidate stage (BM25 or the token
   stage, top N) then exact MaxSim, and convex fusion (over every meeting, and over BM25's top N), each with its
   per-query values and its paired difference to BM25 (the project's bootstrap over queries);
-- `latency-STORAGE`: `--latency-queries` summaries searched one at a time by the search command's own functions
+- `latency-STORAGE` (timed after the fp16 cells and before the compressed storages' exhaustive passes, which
+  only add nDCG cells): `--latency-queries` summaries searched one at a time by the search command's own functions
   (encoding the query, apart too, and scoring; model, BM25 and stages loaded once) on the `--latency-storage`
   index, the configurations interleaved query by query, in the threads the process is given (run it under
   `taskset -c 0,1` with OMP_NUM_THREADS=2 for two cores).
@@ -29,10 +30,12 @@ The summary is OUT/search-qmsum.json and OUT/search-qmsum.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,53 +154,74 @@ def scored(args: argparse.Namespace, name: str, compute) -> np.ndarray:
     return np.load(path)
 
 
-def ndcg_cells(args, cells, meetings, folders, vectors, weight) -> dict[str, dict[str, Any]]:
-    """Every `ndcg-NAME` cell: nDCG@10 per query, and its paired difference to BM25.
+class NdcgCells:
+    """The `ndcg-NAME` cells: nDCG@10 per query and its paired difference to BM25, each recorded as soon as its
+    scores exist, so that an interrupted run keeps what it finished."""
 
-    Each cell is recorded as soon as its scores exist, fp16's exact search and the fusions first: an interrupted run
-    keeps what it finished, and the compressed storages' exhaustive passes (about half an hour each on two cores)
-    come last.
-    """
-    device = None if args.device == "cpu" else torch.device(args.device)
-    bm25 = scored(args, "bm25", lambda: query_scores(load_bm25(str(folders["float16"])), meetings.queries,
-                                                      BM25_TOKENIZER, len(meetings.documents)))  # fmt: skip
-    reference = ndcg(bm25, meetings.answers)
-    results = {}
+    def __init__(self, args: argparse.Namespace, cells: Cells, answers: list[int], bm25: np.ndarray) -> None:
+        self.args, self.cells, self.answers = args, cells, answers
+        self.reference = ndcg(bm25, answers)
+        self.results: dict[str, dict[str, Any]] = {}
 
-    def measure(name: str, scores: np.ndarray) -> None:
-        values = ndcg(scores, meetings.answers)
-        record = cells.done(f"ndcg-{name}") or cells.keep(
-            f"ndcg-{name}",
-            {
-                "ndcg_at_10": float(np.mean(values)),
-                "per_query": values,
-                "minus_bm25": paired_per_query(values, reference, args.resamples, 0),
-            },
-        )
-        results[name] = {key: value for key, value in record.items() if key != "per_query"}
+    def measure(self, name: str, scores: Callable[[], np.ndarray]) -> None:
+        """Records `name` from `scores()`, called only where the cell is not finished yet."""
+        if (record := self.cells.done(f"ndcg-{name}")) is None:
+            values = ndcg(scores(), self.answers)
+            record = self.cells.keep(
+                f"ndcg-{name}",
+                {
+                    "ndcg_at_10": float(np.mean(values)),
+                    "per_query": values,
+                    "minus_bm25": paired_per_query(values, self.reference, self.args.resamples, 0),
+                },
+            )
+        self.results[name] = {key: value for key, value in record.items() if key != "per_query"}
 
-    stores = {storage: StoredVectors(str(folder), finished_index(str(folder))) for storage, folder in folders.items()}
-    exact = scored(args, "exact-float16", lambda: exact_scores(vectors, stores["float16"], device))
-    measure("bm25", bm25)
-    measure("exact-float16", exact)
-    measure(f"convex-{weight}", convex_fusion(bm25, exact, weight))
+
+def bm25_scores(args: argparse.Namespace, meetings, folders: dict[str, Path]) -> np.ndarray:
+    def compute() -> np.ndarray:
+        index = load_bm25(str(folders["float16"]))
+        return query_scores(index, meetings.queries, BM25_TOKENIZER, len(meetings.documents))
+
+    return scored(args, "bm25", compute)
+
+
+def float16_cells(args, ndcg_cells: NdcgCells, meetings, folders, vectors, weight, bm25: np.ndarray) -> None:
+    """BM25, exact MaxSim on the fp16 index, the candidate stages and the fusions."""
+    store = StoredVectors(str(folders["float16"]), finished_index(str(folders["float16"])))
+    exact = functools.cache(lambda: scored(args, "exact-float16", lambda: exact_scores(vectors, store, device(args))))
+    ndcg_cells.measure("bm25", lambda: bm25)
+    ndcg_cells.measure("exact-float16", exact)
+    ndcg_cells.measure(f"convex-{weight}", lambda: convex_fusion(bm25, exact(), weight))
     stage = TokenStage(str(folders["float16"]), finished_index(str(folders["float16"])), args.probes)
     for count in args.candidates:
-        lexical = top_documents(bm25, count)
-        reranked = candidate_scores(vectors, lexical, stores["float16"], device)
-        measure(f"bm25-top{count}", reranked)
-        measure(
-            f"convex-{weight}-bm25-top{count}",
-            convex_fusion(np.where(np.isfinite(reranked), bm25, -np.inf), reranked, weight),
-        )
-        tokens = np.stack([stage.candidates(query, count) for query in vectors])
-        measure(f"tokens-top{count}", candidate_scores(vectors, tokens, stores["float16"], device))
-        recall = [float(answer in row) for answer, row in zip(meetings.answers, tokens, strict=True)]
-        cells.keep(f"recall-tokens-top{count}", {"recall": float(np.mean(recall)), "per_query": recall})
+        candidate_cells(args, ndcg_cells, meetings.answers, store, stage, vectors, weight, bm25, count)
+
+
+def candidate_cells(args, ndcg_cells: NdcgCells, answers, store, stage, vectors, weight, bm25, count: int) -> None:
+    """Each query's top `count` meetings by BM25 and by the token stage, then exact MaxSim; fusion over BM25's."""
+    reranked = functools.cache(lambda: candidate_scores(vectors, top_documents(bm25, count), store, device(args)))
+    tokens = functools.cache(lambda: np.stack([stage.candidates(query, count) for query in vectors]))
+    lexical = functools.cache(lambda: np.where(np.isfinite(reranked()), bm25, -np.inf))
+    ndcg_cells.measure(f"bm25-top{count}", reranked)
+    ndcg_cells.measure(f"convex-{weight}-bm25-top{count}", lambda: convex_fusion(lexical(), reranked(), weight))
+    ndcg_cells.measure(f"tokens-top{count}", lambda: candidate_scores(vectors, tokens(), store, device(args)))
+    if ndcg_cells.cells.done(f"recall-tokens-top{count}") is None:
+        recall = [float(answer in row) for answer, row in zip(answers, tokens(), strict=True)]
+        ndcg_cells.cells.keep(f"recall-tokens-top{count}", {"recall": float(np.mean(recall)), "per_query": recall})
+
+
+def device(args: argparse.Namespace) -> torch.device | None:
+    """Where the exhaustive products run: None is numpy on the CPU."""
+    return None if args.device == "cpu" else torch.device(args.device)
+
+
+def compressed_cells(args, ndcg_cells: NdcgCells, folders, vectors) -> None:
+    """Exact MaxSim on each compressed index: an exhaustive pass each (about half an hour on two cores)."""
     for storage in STORAGES[1:]:
-        name = f"exact-{storage}"
-        measure(name, scored(args, name, lambda storage=storage: exact_scores(vectors, stores[storage], device)))
-    return results
+        store = StoredVectors(str(folders[storage]), finished_index(str(folders[storage])))
+        exhaustive = functools.partial(exact_scores, vectors, store, device(args))
+        ndcg_cells.measure(f"exact-{storage}", functools.partial(scored, args, f"exact-{storage}", exhaustive))
 
 
 def latency(args, cells, model, meetings, folders, weight) -> dict[str, Any]:
@@ -360,16 +384,21 @@ def main() -> None:
 
     model = MultiVectorEncoder(str(work / "multi-vector"), device=args.device)
     vectors = query_vectors(args, cells, model, meetings.queries)
+    bm25 = bm25_scores(args, meetings, folders)
+    ndcg_cells = NdcgCells(args, cells, meetings.answers, bm25)
+    float16_cells(args, ndcg_cells, meetings, folders, vectors, weight, bm25)
+    model.to("cpu")
+    timed = latency(args, cells, model, meetings, folders, weight)  # before the compressed passes: the goals first
+    compressed_cells(args, ndcg_cells, folders, vectors)
     summary = {
         "model": args.model or UNADAPTED,
         "meetings": len(meetings.documents),
         "queries": len(meetings.queries),
         "fusion_weight": cells.done("fusion-weight"),
         "indexes": {storage: cells.done(f"index-{storage}") for storage in STORAGES},
-        "ndcg": ndcg_cells(args, cells, meetings, folders, vectors, weight),
+        "ndcg": ndcg_cells.results,
+        "latency": timed,
     }
-    model.to("cpu")
-    summary["latency"] = latency(args, cells, model, meetings, folders, weight)
     write_summary(out, summary)
     print((out / "search-qmsum.md").read_text())
     print(json.dumps(summary["latency"], indent=2))
