@@ -188,12 +188,14 @@ def bm25_scores(args: argparse.Namespace, meetings, folders: dict[str, Path]) ->
 
 def float16_cells(args, ndcg_cells: NdcgCells, meetings, folders, vectors, weight, bm25: np.ndarray) -> None:
     """BM25, exact MaxSim on the fp16 index, the candidate stages and the fusions."""
-    store = StoredVectors(str(folders["float16"]), finished_index(str(folders["float16"])))
+    index = str(folders["float16"])
+    record = finished_index(index)
+    store = StoredVectors(index, record)
     exact = functools.cache(lambda: scored(args, "exact-float16", lambda: exact_scores(vectors, store, device(args))))
     ndcg_cells.measure("bm25", lambda: bm25)
     ndcg_cells.measure("exact-float16", exact)
     ndcg_cells.measure(f"convex-{weight}", lambda: convex_fusion(bm25, exact(), weight))
-    stage = TokenStage(str(folders["float16"]), finished_index(str(folders["float16"])), args.probes)
+    stage = TokenStage(index, record, args.probes)
     for count in args.candidates:
         candidate_cells(args, ndcg_cells, meetings.answers, store, stage, vectors, weight, bm25, count)
 
