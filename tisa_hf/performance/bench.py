@@ -213,38 +213,49 @@ def bench_models(
 ) -> None:
     """Times each (without, with TISA) pair side by side (with `--compile`, each also compiled: four variants,
     interleaved, after a first step of each compiled one whose wall time is its compile time), then measures each
-    one's peak memory; appends a row to `rows` and calls `save` after each pair."""
-    for plain_case, tisa_case in cases:
-        print(f"  {plain_case.label()} ...", file=sys.stderr, flush=True)
-        named = {"plain": plain_case, "tisa": tisa_case}
-        if args.compile:
-            for name, case in list(named.items()):
-                named[f"{name}_compiled"] = dataclasses.replace(case, compile_backend=args.compile_backend)
-        variants = {
-            name: step_function(case, build_model(case, reference_positions(case))) for name, case in named.items()
-        }
-        compile_seconds = {name: first_step_seconds(variants[name], device) for name in named if "compiled" in name}
-        samples = timed_interleaved(variants, device, args.warmup, args.repeats)
-        del variants
-        row = {**{k: v for k, v in plain_case.__dict__.items() if k not in ("tisa", "compile_backend")}}
-        for name, values in samples.items():
-            row[name], row[f"{name}_range"] = statistics.median(values), [min(values), max(values)]
-        row["time_ratio"] = row["tisa"] / row["plain"]
-        if args.compile:
-            row["compile_backend"] = args.compile_backend
-            row["compiled_time_ratio"] = row["tisa_compiled"] / row["plain_compiled"]
-            row.update({f"{name}_compile_s": seconds for name, seconds in compile_seconds.items()})
-        if not args.no_memory:
-            measured = [name for name in named if "compiled" not in name or device.type == "cuda"]
-            memory = {name: peak_memory_of(named[name]) for name in measured}
-            for name in measured:
-                row[f"{name}_peak_mib"] = memory[name]["peak_mib"]
-            row["baseline_mib"] = memory["plain"]["baseline_mib"]
-            row["memory_ratio"] = row["tisa_peak_mib"] / row["plain_peak_mib"]
-            if "tisa_compiled" in measured:
-                row["compiled_memory_ratio"] = row["tisa_compiled_peak_mib"] / row["plain_compiled_peak_mib"]
-        rows.append(row)
-        save()
+    one's peak memory; appends a row to `rows` and calls `save` after each pair.
+
+    Compiled pairs start from an empty Dynamo cache: Dynamo keys compiled code by code object, which every model
+    of a run shares (transformers' forward wrappers), so earlier pairs' models would fill it to its recompile limit,
+    past which Dynamo runs a frame eager with only a log warning. Reaching the limit is an error here instead."""
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for plain_case, tisa_case in cases:
+            bench_pair(plain_case, tisa_case, device, args, rows)
+            save()
+
+
+def bench_pair(
+    plain_case: ModelCase, tisa_case: ModelCase, device: torch.device, args: argparse.Namespace, rows: list[dict]
+) -> None:
+    """The row of one (without, with TISA) pair: `bench_models` says what it holds."""
+    print(f"  {plain_case.label()} ...", file=sys.stderr, flush=True)
+    named = {"plain": plain_case, "tisa": tisa_case}
+    if args.compile:
+        torch._dynamo.reset()
+        for name, case in list(named.items()):
+            named[f"{name}_compiled"] = dataclasses.replace(case, compile_backend=args.compile_backend)
+    variants = {name: step_function(case, build_model(case, reference_positions(case))) for name, case in named.items()}
+    compile_seconds = {name: first_step_seconds(variants[name], device) for name in named if "compiled" in name}
+    samples = timed_interleaved(variants, device, args.warmup, args.repeats)
+    del variants
+    row = {**{k: v for k, v in plain_case.__dict__.items() if k not in ("tisa", "compile_backend")}}
+    for name, values in samples.items():
+        row[name], row[f"{name}_range"] = statistics.median(values), [min(values), max(values)]
+    row["time_ratio"] = row["tisa"] / row["plain"]
+    if args.compile:
+        row["compile_backend"] = args.compile_backend
+        row["compiled_time_ratio"] = row["tisa_compiled"] / row["plain_compiled"]
+        row.update({f"{name}_compile_s": seconds for name, seconds in compile_seconds.items()})
+    if not args.no_memory:
+        measured = [name for name in named if "compiled" not in name or device.type == "cuda"]
+        memory = {name: peak_memory_of(named[name]) for name in measured}
+        for name in measured:
+            row[f"{name}_peak_mib"] = memory[name]["peak_mib"]
+        row["baseline_mib"] = memory["plain"]["baseline_mib"]
+        row["memory_ratio"] = row["tisa_peak_mib"] / row["plain_peak_mib"]
+        if "tisa_compiled" in measured:
+            row["compiled_memory_ratio"] = row["tisa_compiled_peak_mib"] / row["plain_compiled_peak_mib"]
+    rows.append(row)
 
 
 def first_step_seconds(step: Callable[[], None], device: torch.device) -> float:

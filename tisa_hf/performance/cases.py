@@ -60,15 +60,17 @@ class ModelCase:
         return "plain" if not self.tisa else "banded" if self.banded else "blockwise"
 
 
+BERT_BASE_SIZES = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768, "intermediate_size": 3072}
+
+
 def bert_base_config(implementation: str, dropout: float, max_positions: int = 512) -> BertConfig:
     config = BertConfig(
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        hidden_size=768,
-        intermediate_size=3072,
+        **BERT_BASE_SIZES,
         max_position_embeddings=max_positions,
         attention_probs_dropout_prob=dropout,
         num_labels=2,
+        # what the classifier's first forward with labels would set, which a compiled model would recompile for
+        problem_type="single_label_classification",
     )
     config._attn_implementation = implementation
     return config
