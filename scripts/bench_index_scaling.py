@@ -12,8 +12,8 @@ a rerun skips the parts done. Searching is the search command's: the token stage
 MaxSim on them, one query at a time, in the threads the process is given (run it under `taskset -c 0,1` with
 OMP_NUM_THREADS=2 for two cores).
 
-    OMP_NUM_THREADS=2 taskset -c 0,1 python scripts/bench_index_scaling.py --documents 1000 --work /tmp/scaling
-    OMP_NUM_THREADS=2 taskset -c 0,1 python scripts/bench_index_scaling.py --documents 10000 --work /tmp/scaling
+    OMP_NUM_THREADS=2 taskset -c 0,1 python scripts/bench_index_scaling.py --documents 1000 --work runs/scaling
+    OMP_NUM_THREADS=2 taskset -c 0,1 python scripts/bench_index_scaling.py --documents 10000 --work runs/scaling
 """
 
 from __future__ import annotations
