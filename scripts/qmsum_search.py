@@ -204,9 +204,13 @@ def candidate_cells(args, ndcg_cells: NdcgCells, answers, store, stage, vectors,
     """Each query's top `count` meetings by BM25 and by the token stage, then exact MaxSim; fusion over BM25's."""
     reranked = functools.cache(lambda: candidate_scores(vectors, top_documents(bm25, count), store, device(args)))
     tokens = functools.cache(lambda: np.stack([stage.candidates(query, count) for query in vectors]))
-    lexical = functools.cache(lambda: np.where(np.isfinite(reranked()), bm25, -np.inf))
+
+    def fused_over_candidates() -> np.ndarray:
+        scores = reranked()
+        return convex_fusion(np.where(np.isfinite(scores), bm25, -np.inf), scores, weight)
+
     ndcg_cells.measure(f"bm25-top{count}", reranked)
-    ndcg_cells.measure(f"convex-{weight}-bm25-top{count}", lambda: convex_fusion(lexical(), reranked(), weight))
+    ndcg_cells.measure(f"convex-{weight}-bm25-top{count}", fused_over_candidates)
     ndcg_cells.measure(f"tokens-top{count}", lambda: candidate_scores(vectors, tokens(), store, device(args)))
     if ndcg_cells.cells.done(f"recall-tokens-top{count}") is None:
         recall = [float(answer in row) for answer, row in zip(answers, tokens(), strict=True)]
