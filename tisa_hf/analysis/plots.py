@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from .pipeline import AnalysisResult
+from .positional_attention import ProfileAnalysis
 from .scoring import ScoringComparison
 
 HEATMAP_PIXELS = 128
@@ -189,6 +190,26 @@ def scoring_comparison_figure(scoring: ScoringComparison) -> Figure:
             axis.plot(offsets, scoring.scoring[row, head].numpy(), color="C3", lw=1.0, label="f(k), fitted")
             axis.set_xlim(-window, window)
             _r2_label(axis, scoring.r2[row, head])
+    _figure_legend(figure, axis)
+    return figure
+
+
+def toeplitz_profiles_figure(profiles: ProfileAnalysis) -> Figure:
+    """The Toeplitz profile of F̂_P of every layer and head alone, at every offset: what a model without kernels
+    (S = 0) shows in place of `scoring_comparison_figure`."""
+    length = profiles.logits.shape[-1]
+    offsets = np.arange(1 - length, length)
+    figure, panel = _head_grid(
+        profiles.layers,
+        profiles.logits.shape[1],
+        f"The Toeplitz profile of F̂_P ({length} positions); no TISA scoring functions (S = 0)",
+        "offset k = j - i (tokens)",
+        "logit (nats)",
+    )
+    for row in range(len(profiles.layers)):
+        for head in range(profiles.logits.shape[1]):
+            axis = panel(row, head)
+            axis.plot(offsets, profiles.toeplitz_profile[row, head].numpy(), color="0.55", lw=1.0, label="F̂_P profile")
     _figure_legend(figure, axis)
     return figure
 

@@ -2,7 +2,9 @@
 
 A command raises `tisa_hf.errors.UsageError` for what the user got wrong; `main` prints it as one line,
 `tisa-hf COMMAND: message`, and exits with status 2 (with its traceback under `--debug` or `TISA_HF_DEBUG=1`).
-Anything else escaping a command is a bug and keeps its traceback. `python -m tisa_hf.commands.glue` and the
+Ctrl-C is one line too, saying what a resumable command kept (`common/interruption.py`) and how it carries on,
+with status 130 (128 + SIGINT, as a shell reports it). Anything else escaping a command is a bug and keeps its
+traceback. `python -m tisa_hf.commands.glue` and the
 other launcher entries come through here too.
 """
 
@@ -13,13 +15,16 @@ import difflib
 import functools
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import huggingface_hub.utils
 
+from ..common.interruption import clear_kept, kept_so_far
+from ..common.log_filters import OwnRecordsOrWarnings
 from ..errors import UsageError
 from .registry import COMMANDS, Command, load
 
@@ -27,6 +32,8 @@ DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`
 DEBUG_VARIABLE = "TISA_HF_DEBUG"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 PROGRESS_BAR_SWITCHES = (("transformers.utils.logging", "disable_progress_bar"), ("datasets", "disable_progress_bars"))
+INTERRUPTED_STATUS = 130
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # a value, as argparse reads it
 
 
 def _refuse(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -34,22 +41,54 @@ def _refuse(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     raise UsageError(f"{message}; see {parser.prog} --help.")
 
 
-def check_options(name: str, command: Command, args: list[str]) -> None:
+def unknown_option(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
+    """The line for the first option in `args` that `parser` lacks (as argparse reads them: a prefix of one option
+    is that option), with the closest one when it looks misspelt; None when it has them all. argparse itself names
+    an unknown option only once everything else parses, after a missing required option, say, which hides it."""
+    options = [string for action in parser._actions for string in action.option_strings]  # argparse's own list
+    for arg in args:
+        if arg == "--":
+            break
+        name = arg.partition("=")[0]
+        if not arg.startswith("-") or arg == "-" or NEGATIVE_NUMBER.match(arg) or name in options:
+            continue
+        if parser.allow_abbrev and name.startswith("--") and any(option.startswith(name) for option in options):
+            continue
+        close = difflib.get_close_matches(name, options, n=1)
+        guess = f"did you mean {close[0]}? " if close else ""
+        return f"unknown option {name}; {guess}see {parser.prog} --help."
+    return None
+
+
+def _refuse_unknown_first(parser: argparse.ArgumentParser, args: list[str], message: str) -> NoReturn:
+    """`_refuse`, naming an unknown option before anything else argparse found wrong."""
+    raise UsageError(unknown_option(parser, args) or f"{message}; see {parser.prog} --help.")
+
+
+def check_options(name: str, command: Command, args: list[str]) -> Any:
     """Parses `tisa-hf NAME ARGS` with the command's options alone, which live in light modules (no torch): prints
     the help when asked (argparse then exits with status 0) and raises what the options refuse (a misspelt
     option, a value of the wrong type or outside the choices) as a UsageError, so that both answer at once,
-    before the command imports its libraries. The command parses its arguments again when it runs."""
+    before the command imports its libraries; returns the parsed options. The command parses its arguments again
+    when it runs."""
     options = load(command.options)
     prog = f"tisa-hf {name}"
     if isinstance(options, tuple):
         from ..finetune.arguments import parse_arguments  # here: it imports transformers' argument parser
 
-        parse_arguments(options, args, prog=prog, refuse=_refuse)
-    else:
-        parser = options()
-        parser.prog = prog
-        parser.error = functools.partial(_refuse, parser)
-        parser.parse_args(args)
+        return parse_arguments(options, args, prog=prog, refuse=_refuse)
+    parser = options()
+    parser.prog = prog
+    parser.error = functools.partial(_refuse_unknown_first, parser, args)
+    return parser.parse_args(args)
+
+
+def interrupted(command: Command) -> str:
+    """The line for Ctrl-C: what a resumable command kept and how it carries on."""
+    if command.resumes is None:
+        return "interrupted; this command keeps nothing to resume, so it starts over when run again."
+    kept = kept_so_far()
+    return f"interrupted; {'kept ' + '; '.join(kept) if kept else 'nothing finished yet'}; {command.resumes}."
 
 
 def unknown_command(name: str) -> str:
@@ -66,7 +105,13 @@ def configure_logging() -> None:
 
     The environment variables reach libraries imported later and child processes (sweeps); libraries imported
     already are switched off directly (huggingface_hub's switch also covers transformers imported later)."""
-    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    root = logging.getLogger()
+    if not root.handlers:  # as logging.basicConfig, the handler passing other libraries' records from WARNING on
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(OwnRecordsOrWarnings())
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
     logging.getLogger("tisa_hf").setLevel(logging.INFO)
     if sys.stderr.isatty():
         return
@@ -109,13 +154,22 @@ def main(argv: list[str] | None = None, before_running: Callable[[], None] = lam
     if command not in COMMANDS:
         print(unknown_command(command), file=sys.stderr)
         return 2
+    entry = COMMANDS[command]
+    clear_kept()
     try:
-        check_options(command, COMMANDS[command], rest)
+        options = check_options(command, entry, rest)
+        if entry.checks is not None:
+            load(entry.checks)(options)
         before_running()
         configure_logging()
-        return load(COMMANDS[command].run)(rest) or 0
+        return load(entry.run)(rest) or 0
     except UsageError as error:
         if debug:
             traceback.print_exc()
         print(f"tisa-hf {command}: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print(f"tisa-hf {command}: {interrupted(entry)}", file=sys.stderr)
+        return INTERRUPTED_STATUS

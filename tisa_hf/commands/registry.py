@@ -7,17 +7,25 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+# How an interrupted resumable command carries on, said after what it kept.
+RERUN = "the same command resumes from there"
+RERUN_WITH_RESUME = "the same command with --resume continues from the checkpoint"
+
 
 @dataclass(frozen=True)
 class Command:
     """One subcommand: `run` ("module[:function]", default `main`) runs it on its argument list; `options`
     ("module:name") is its argparse parser factory or its tuple of argument dataclasses, in modules light enough
-    that `--help` and the check of a command line answer without importing torch or transformers' models."""
+    that `--help` and the check of a command line answer without importing torch or transformers' models.
+    `checks` ("module:function", light too) takes the parsed options and checks the files, folders and models
+    they name, before torch is imported; `resumes` says how an interrupted run carries on (None: it starts over)."""
 
     run: str
     options: str
     summary: str
     launcher: str | None = None  # a training command's `accelerate launch -m` module
+    checks: str | None = None
+    resumes: str | None = None
 
 
 COMMANDS: dict[str, Command] = {
@@ -25,6 +33,7 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.commands.demo",
         "tisa_hf.commands.demo_options:demo_parser",
         "Offline quickstart on the packaged MiniLM: patch, fit, plot, save, reload.",
+        checks="tisa_hf.commands.demo_options:check_demo",
     ),
     "analyze": Command(
         "tisa_hf.analysis.commands:analyze",
@@ -41,23 +50,27 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.finetune.glue.options:GLUE_ARGUMENTS",
         "Fine-tune and evaluate on a GLUE task.",
         launcher="tisa_hf.commands.glue",
+        resumes=RERUN_WITH_RESUME,
     ),
     "squad": Command(
         "tisa_hf.finetune.squad.task",
         "tisa_hf.finetune.squad.options:SQUAD_ARGUMENTS",
         "Fine-tune and evaluate on SQuAD v1.1 / v2.0.",
         launcher="tisa_hf.commands.squad",
+        resumes=RERUN_WITH_RESUME,
     ),
     "classify": Command(
         "tisa_hf.finetune.classify.task",
         "tisa_hf.finetune.classify.options:CLASSIFY_ARGUMENTS",
         "Fine-tune and evaluate on long-document classification (Hyperpartisan, CSV/JSON).",
         launcher="tisa_hf.commands.classify",
+        resumes=RERUN_WITH_RESUME,
     ),
     "sweep": Command(
         "tisa_hf.experiments.sweep",
         "tisa_hf.experiments.options:sweep_parser",
         "Run a grid of fine-tuning runs, resumably.",
+        resumes=RERUN,
     ),
     "report": Command(
         "tisa_hf.experiments.report",
@@ -69,64 +82,78 @@ COMMANDS: dict[str, Command] = {
         "tisa_hf.adapt.arguments:ADAPT_ARGUMENTS",
         "Adapt a pretrained encoder to TISA on plain text (distillation or masked LM).",
         launcher="tisa_hf.commands.adapt",
+        resumes=RERUN_WITH_RESUME,
     ),
     "lm-eval": Command(
         "tisa_hf.adapt.lm_eval",
         "tisa_hf.adapt.lm_eval_options:lm_eval_parser",
         "Teacher agreement and masked-token loss against input length.",
+        resumes=RERUN,
     ),
     "longembed": Command(
         "tisa_hf.embeddings.retrieval.longembed",
         "tisa_hf.embeddings.options:longembed_parser",
         "Passkey and needle retrieval (Acc@1) against document length.",
+        resumes=RERUN,
     ),
     "qmsum": Command(
         "tisa_hf.embeddings.retrieval.qmsum",
         "tisa_hf.embeddings.options:qmsum_parser",
         "LongEmbed's QMSum retrieval (nDCG@10) of long meeting transcripts, with BM25 and hybrids.",
+        resumes=RERUN,
     ),
     "qmsum-passages": Command(
         "tisa_hf.embeddings.retrieval.passages",
         "tisa_hf.embeddings.options:passages_parser",
         "QMSum's query-based passages (nDCG@10, Recall@10/@50) within a meeting and across all: windows read apart "
         "against windows pooled from the whole meeting's read.",
+        resumes=RERUN,
     ),
     "context-passages": Command(
         "tisa_hf.context.dev_task",
         "tisa_hf.embeddings.options:context_passages_parser",
         "WikiText windows named only outside themselves (nDCG@10, Recall@10/@50), within an article and across all: "
         "the development task of training that rewards context.",
+        resumes=RERUN,
     ),
     "context-train": Command(
         "tisa_hf.context.train",
         "tisa_hf.context.options:context_train_parser",
         "Contrastive training with in-sequence negatives: each window pooled from its whole document's read must "
         "find its query (sentence-transformers' trainer).",
+        resumes=RERUN,
     ),
     "spans": Command(
         "tisa_hf.embeddings.retrieval.spans",
         "tisa_hf.embeddings.options:spans_parser",
         "Passages of WikiText articles find their article (development task of long reading), by passage depth.",
+        resumes=RERUN,
     ),
     "encode": Command(
         "tisa_hf.embeddings.encode",
         "tisa_hf.embeddings.options:encode_parser",
         "Embed a corpus of long documents (resumable; several processes or GPUs).",
+        checks="tisa_hf.embeddings.corpus_files:check_encode_files",
+        resumes=RERUN,
     ),
     "index": Command(
         "tisa_hf.multivector.index",
         "tisa_hf.multivector.options:index_parser",
         "Turn a corpus into a token-vector index with a multi-vector model (resumable; several processes or GPUs).",
+        checks="tisa_hf.multivector.checks:check_index_files",
+        resumes=RERUN,
     ),
     "search": Command(
         "tisa_hf.multivector.search",
         "tisa_hf.multivector.options:search_parser",
         "Search a token-vector index by exact MaxSim: the top-k documents of a query or a file of queries, as JSON.",
+        checks="tisa_hf.multivector.checks:check_search_files",
     ),
     "sts": Command(
         "tisa_hf.embeddings.sts",
         "tisa_hf.embeddings.options:sts_parser",
         "Zero-shot STS-B (Spearman of cosine similarities) of embedding models, paired.",
+        resumes=RERUN,
     ),
     "push": Command(
         "tisa_hf.finetune.push",

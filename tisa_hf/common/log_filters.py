@@ -1,4 +1,5 @@
-"""Dropping one known log record of a library for the length of a call, and nothing else it says."""
+"""What of the libraries' logging reaches a command's log: one known record of a library dropped for the length of a
+call, and nothing else it says; and below WARNING, tisa-hf's own records only."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def dropping_records(logger_name: str, text: str) -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(record_filter)
+
+
+class OwnRecordsOrWarnings(logging.Filter):
+    """Passes tisa-hf's records and the other libraries' from WARNING on, whatever level a library gives its own
+    logger: bm25s sets its logger to DEBUG when imported, after the command line has set the levels."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.partition(".")[0] == "tisa_hf"

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from .interruption import note_kept
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,8 @@ class FinishedCells:
         self.cells.setdefault(model, {})[str(length)] = sums
         record = {"settings": self.settings, "wall_time_s": self.wall_time_s(), "cells": self.cells}
         write_text_atomically(self.path, json.dumps(record))
+        cells = sum(map(len, self.cells.values()))
+        note_kept(self.path, f"{cells} finished cell{'s' * (cells > 1)} in {self.path}")
 
     def remove(self) -> None:
         """Once the results are written, the cells are in them."""

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
-import json
 import logging
 import sys
 import time
@@ -32,11 +30,12 @@ import torch
 
 from ..attaching import model_table_length, tisa_config_of
 from ..common.checkpoints import reads_any_length
+from ..common.interruption import note_kept
 from ..common.machine import machine, versions
 from ..common.result_files import check_out_folder, check_writable, resumable_record, save_array, write_record
 from ..common.sentence_models import check_reading_limit, require_sentence_transformers
-from ..errors import UsageError
 from ..packaged import resolve_model
+from .corpus_files import input_digest, read_documents
 from .options import encode_parser
 from .ray_cluster import check_engine
 
@@ -45,43 +44,6 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "encode.json"
 EMBEDDINGS_FILE = "embeddings.npy"
 PARTS_FOLDER = "parts"
-
-
-def read_documents(
-    path: str, text_field: str, option: str = "--input", field_option: str = "--text-field", what: str = "document"
-) -> list[str]:
-    """The documents of a .jsonl file (`text_field` of each object) or of a text file (one a line); a blank line
-    or a line without the field is one error naming the file and line, since skipping it would shift every later
-    row of the embeddings. `option` and `field_option` name the command's options in the messages, `what` a text
-    (`tisa-hf search` reads its queries here)."""
-    file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"{option} {path}: no such file; give a JSON Lines file or a text file, one {what} a line.")
-    lines = file.read_text(encoding="utf-8").splitlines()
-    documents = []
-    for number, line in enumerate(lines, start=1):
-        where = f"{path}:{number}"
-        if not line.strip():
-            raise UsageError(f"{where}: a blank line; give one {what} a line, with no blank lines between.")
-        if file.suffix != ".jsonl":
-            documents.append(line)
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{where}: not a JSON object ({error.msg}); a .jsonl file holds one a line.") from error
-        if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-            raise UsageError(f"{where}: no text under {text_field!r}; name the field with {field_option}.")
-        documents.append(row[text_field])
-    if not documents:
-        raise UsageError(f"{option} {path} holds no {what}s.")
-    return documents
-
-
-def input_digest(path: str, text_field: str) -> str:
-    digest = hashlib.sha256(Path(path).read_bytes())
-    digest.update(text_field.encode())
-    return digest.hexdigest()
 
 
 def load_model(name: str, device: str, max_seq_length: int | None) -> Any:
@@ -128,6 +90,8 @@ class PartState:
         record["documents_cut"] += documents_cut
         record["wall_time_s"] += wall_time_s
         write_record(record, self.path)
+        parts = record["parts"]
+        note_kept(self.path, f"{parts} part{'s' * (parts > 1)} ({record['documents']} documents) in {self.path.parent}")
 
     def finish(self, devices: list[str], **facts: Any) -> dict[str, Any]:
         """The finished run's record, written: the totals, `facts`, the devices, the throughput, the library versions

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from ..common.interruption import note_kept
 from ..common.log_filters import dropping_records
 from ..errors import UsageError
 from .arguments import TrainingArguments
@@ -209,6 +210,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str | Path, state: Tra
             if old != directory:
                 shutil.rmtree(old)
         prune_best_models(output_dir, keep={state.best_step})
+        note_kept(folder.path, f"the checkpoint of step {state.step} in {directory}")
     accelerator.wait_for_everyone()
 
 

@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import numpy as np
 
 from ..errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 DTYPES = ("float16", "int8", "pqM")
 INT8_LEVELS = 127
@@ -71,6 +74,14 @@ def train_codebook(rows: np.ndarray, dtype: str) -> np.ndarray | None:
     picked = np.random.default_rng(PQ_SEED).permutation(len(rows))[:PQ_TRAINING_VECTORS]
     quantizer = _quantizer(rows.shape[1], subvectors)
     quantizer.cp.seed = PQ_SEED
+    advised = centroids * quantizer.cp.min_points_per_centroid
+    if len(picked) < advised:
+        logger.warning(
+            "--dtype %s learns its %d centroids a sub-vector from the first part's %d token vectors, fewer than the "
+            "%d that faiss advises; the codebook is coarser than it could be (a larger --part-size gives it more).",
+            dtype, centroids, len(picked), advised,
+        )  # fmt: skip
+    quantizer.cp.min_points_per_centroid = 0  # said once above, not by faiss once a sub-vector; it changes nothing else
     quantizer.train(np.ascontiguousarray(rows[np.sort(picked)], dtype=np.float32))
     return faiss.vector_to_array(quantizer.centroids).reshape(subvectors, centroids, -1)
 

@@ -10,7 +10,8 @@ codebook learned from the first part: --dtype, `compression.py`) as soon as it i
 `index.json`, so a killed run resumes at its next part; a rerun over another input, model (its weights and
 settings, fingerprinted, with the files' sizes and times recorded for search's cheap check), part size or --dtype
 is refused in one line unless --overwrite. Last, the documents' text is indexed for BM25 (bm25s), the candidate
-stage of `tisa-hf search --candidates`.
+stage of `tisa-hf search --candidates`, and the documents' own ids are kept where the corpus gives them (--id-field),
+for search's hits.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ..common.result_files import check_out_folder, check_writable, save_array
+from ..common.result_files import check_writable, save_array
 from ..common.sentence_models import require_sentence_transformers
-from ..embeddings.encode import PartState, encode_in_parts, input_digest, read_documents, run_devices
+from ..embeddings.corpus_files import input_digest
+from ..embeddings.encode import PartState, encode_in_parts, run_devices
 from ..embeddings.lexical import bm25_index
 from ..embeddings.ray_cluster import check_engine
+from .checks import check_index_files
 from .compression import bytes_per_token, check_pq_dimension, compress, pq_bytes, train_codebook
 from .index_folder import (
     BM25_FOLDER,
@@ -38,29 +41,26 @@ from .index_folder import (
     StoredVectors,
     centroid_counts_path,
     centroids_path,
-    check_multi_vector_folder,
     codebook_path,
     counts_path,
     document_centroids_path,
     finished_index,
-    model_dimension,
     model_files,
     model_fingerprint,
     postings_path,
     scales_path,
+    stored_ids,
     vectors_path,
+    write_ids,
 )
 from .options import index_parser
 from .token_candidates import Postings, document_centroids, train_centroids
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    check_out_folder(args.out)
+    corpus = check_index_files(args)
     check_engine(args)
-    out = Path(args.out)
-    model_folder = check_multi_vector_folder(args.model)
-    check_pq_dimension(args.dtype, model_dimension(model_folder))
-    documents = read_documents(args.input, args.text_field)
+    out, model_folder, documents = Path(args.out), Path(args.model), corpus.texts
     files = model_files(model_folder)  # before the fingerprint: a file changed while it is read shows later
     settings = {
         "model": str(model_folder.resolve()),
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     encode_in_parts(model, documents, args, state, limit, keep)
     counts = finish_parts(out, state.record["parts"], args.token_centroids)
     bm25_index(documents, BM25_TOKENIZER).save(str(out / BM25_FOLDER))
+    write_ids(out, corpus.ids)
     dimension = model.get_embedding_dimension()
     return state.finish(
         run_devices(args),
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         query_length=model[0].query_length,
         similarity=model.similarity_fn_name,
         model_files=files,
+        id_field=corpus.id_field,
     )
 
 
@@ -158,10 +160,12 @@ def recompress(source: str, out: Path, dtype: str, token_centroids: int | None =
         state.add_part(len(documents), int(sum(len(stored[d]) for d in documents)), 0, time.perf_counter() - started)
     finish_parts(out, record["parts"], token_centroids)
     shutil.copytree(Path(source) / BM25_FOLDER, out / BM25_FOLDER, dirs_exist_ok=True)
+    write_ids(out, stored_ids(source))
     facts = ("vectors", "dimension", "document_length", "query_length", "similarity", "model_files")
     return state.finish(
         ["cpu"],
         **{fact: record[fact] for fact in facts},
+        id_field=record.get("id_field"),
         bytes_per_token=bytes_per_token(record["dimension"], dtype),
         index_bytes=index_bytes(out),
     )

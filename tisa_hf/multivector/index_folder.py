@@ -3,9 +3,10 @@ folder and fingerprint, the parts done and the totals), `shards/NNNNN.npy` (a pa
 one row a token, documents one after another, stored as `compression.py` says: fp16, or int8 codes with
 `shards/NNNNN-scales.npy`, or `pqM` codes under `codebook.npy`, learned from the first part) with
 `shards/NNNNN-counts.npy` (each document's row count),
-`offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end) and `bm25/`
-(bm25s' BM25 index of the documents' text, English stopwords removed, for `tisa-hf search --candidates`), written
-when every part is done. With --token-centroids, `token-candidates/` holds the approximate candidate stage
+`offsets.npy` (document d's rows are offsets[d] to offsets[d + 1] of the shards laid end to end), `bm25/`
+(bm25s' BM25 index of the documents' text, English stopwords removed, for `tisa-hf search --candidates`) and, where
+the corpus gives its documents ids, `ids.json` (the ids in order), written when every part is done. With
+--token-centroids, `token-candidates/` holds the approximate candidate stage
 (`token_candidates.py`): `centroids.npy`, learned from the first part, each part's documents' centroids
 (`NNNNN-centroids.npy` with `NNNNN-centroid-counts.npy`) and, once every part is done, the postings from centroids
 to documents (`postings-starts.npy`, `postings-documents.npy`).
@@ -26,6 +27,7 @@ from .compression import decompress, pq_bytes
 
 INDEX_FILE = "index.json"
 OFFSETS_FILE = "offsets.npy"
+IDS_FILE = "ids.json"
 SHARDS_FOLDER = "shards"
 CODEBOOK_FILE = "codebook.npy"
 TOKEN_CANDIDATES_FOLDER = "token-candidates"
@@ -112,6 +114,18 @@ def counts_path(out: Path, part: int) -> Path:
 
 def scales_path(out: Path, part: int) -> Path:
     return out / SHARDS_FOLDER / f"{part:05d}-scales.npy"
+
+
+def write_ids(out: Path, ids: list[str | int] | None) -> None:
+    """The documents' own ids, in order, where the corpus gave them."""
+    if ids is not None:
+        (out / IDS_FILE).write_text(json.dumps(ids), encoding="utf-8")
+
+
+def stored_ids(path: str) -> list[str | int] | None:
+    """The ids `write_ids` kept, or None."""
+    file = Path(path) / IDS_FILE
+    return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
 
 
 def finished_index(path: str) -> dict[str, Any]:

@@ -38,6 +38,11 @@ def index_parser() -> argparse.ArgumentParser:
     )
     add_encoding_arguments(parser, "Folder of the index: index.json, offsets.npy and shards/.")
     parser.add_argument(
+        "--id-field",
+        help="The field holding a .jsonl object's own id, which tisa-hf search gives back beside the document's line "
+        "(default: id, when the first object has one).",
+    )
+    parser.add_argument(
         "--dtype",
         type=dtype,
         default=DTYPES[0],

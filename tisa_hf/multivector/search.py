@@ -28,42 +28,12 @@ import torch
 from ..common.machine import checked_device
 from ..common.result_files import write_record
 from ..common.sentence_models import require_sentence_transformers
-from ..embeddings.encode import read_documents
 from ..embeddings.lexical import query_scores
 from ..embeddings.retrieval.ranking import LateInteraction, convex_fusion
-from ..errors import UsageError
-from .index_folder import (
-    BM25_FOLDER,
-    BM25_TOKENIZER,
-    INDEX_FILE,
-    StoredVectors,
-    centroids_path,
-    check_multi_vector_folder,
-    finished_index,
-    is_index_model,
-    postings_path,
-)
+from .checks import check_search_files
+from .index_folder import BM25_FOLDER, BM25_TOKENIZER, StoredVectors, centroids_path, postings_path, stored_ids
 from .options import search_parser
 from .token_candidates import Postings, approximate_scores
-
-
-def read_queries(args: argparse.Namespace) -> list[str]:
-    if args.query is not None:
-        if not args.query.strip():
-            raise UsageError("--query is empty; give it some words.")
-        return [args.query]
-    return read_documents(args.queries, args.query_field, "--queries", "--query-field", "query")
-
-
-def check_model(args: argparse.Namespace, record: dict[str, Any]) -> Path:
-    """The index's model folder (--model where it has moved), holding the weights and settings that built it."""
-    folder = check_multi_vector_folder(args.model or record["settings"]["model"])
-    if not is_index_model(folder, record):
-        raise UsageError(
-            f"{folder} is not the model {Path(args.index) / INDEX_FILE} was built with (its weights or settings "
-            "differ); search with that model, or rebuild the index with this one."
-        )
-    return folder
 
 
 def encode_queries(model, queries: list[str]) -> list[np.ndarray]:
@@ -104,6 +74,12 @@ def candidate_scores(
     return scores
 
 
+def hit(document: int, score: float, ids: list[str | int] | None) -> dict[str, Any]:
+    """A document found: its line in the corpus file (1-based, as editors and `sed -n` count) and, where the
+    corpus gave ids, its id."""
+    return {"line": document + 1, **({} if ids is None else {"id": ids[document]}), "score": score}
+
+
 def load_bm25(index: str):
     """The index's BM25 (bm25s) over the documents' text."""
     import bm25s
@@ -112,11 +88,7 @@ def load_bm25(index: str):
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    check_out_file(args.out)
-    record = finished_index(args.index)
-    queries = read_queries(args)
-    check_stages(args, record)
-    model_folder = check_model(args, record)
+    record, queries, model_folder = check_search_files(args)
     require_sentence_transformers()
     from sentence_transformers import MultiVectorEncoder
 
@@ -146,6 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scores = convex_fusion(np.where(np.isfinite(scores), lexical, -np.inf), scores, args.fuse)
     top = top_documents(scores, args.top_k)
     searched = time.perf_counter()
+    ids = stored_ids(args.index)
     return {
         "index": str(args.index),
         "model": str(model_folder),
@@ -164,24 +137,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "results": [
             {
                 "query": query,
-                "hits": [{"document": int(document), "score": float(scores[row, document])} for document in best],
+                "hits": [hit(int(document), float(scores[row, document]), ids) for document in best],
             }
             for row, (query, best) in enumerate(zip(queries, top, strict=True))
         ],
     }
-
-
-def check_stages(args: argparse.Namespace, record: dict[str, Any]) -> None:
-    """The candidate stage asked for can run on this index, and gives at least --top-k documents."""
-    if args.candidates is not None and args.candidates < args.top_k:
-        raise UsageError(
-            f"--candidates {args.candidates} is fewer than --top-k {args.top_k}; ask for at least as many candidates."
-        )
-    if args.candidate_stage == "tokens" and not record["settings"].get("token_centroids"):
-        raise UsageError(
-            f"{args.index} has no token candidate stage; rebuild it with tisa-hf index --token-centroids 4096, or "
-            "use --candidate-stage bm25."
-        )
 
 
 class TokenStage:
@@ -197,11 +157,6 @@ class TokenStage:
         """(count,): the documents of the best approximate scores, the earlier first among ties."""
         approximate = approximate_scores(query, self.centroids, self.postings, self.documents, self.probes)
         return top_documents(approximate[None], count)[0]
-
-
-def check_out_file(out: str | None) -> None:
-    if out is not None and Path(out).is_dir():
-        raise UsageError(f"--out {out} is a folder; give a JSON file.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
+from ...common.interruption import note_kept
 from ...common.machine import checked_device, machine, versions
 from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import SCORES_FOLDER, check_out_folder, file_name, resumable_record, write_record
@@ -236,6 +237,10 @@ class CorpusRetrieval:
             record["systems"][system.spec] = system_facts(system)
             record["results"][system.spec] = result
             write_record(record, out / kind.results_file)
+            done = len(record["results"])
+            note_kept(
+                out / kind.results_file, f"the results of {done} system{'s' * (done > 1)} in {out / kind.results_file}"
+            )
             for name, measures in by_cell(result, names).items():
                 summary = ", ".join(f"{label} {measures[key]:.3f}" for key, label in self.judges[name].labels.items())
                 logger.info("%s%s: %s", system.spec, "" if names == [CELL] else f" {name}", summary)

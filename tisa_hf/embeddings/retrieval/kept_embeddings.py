@@ -14,12 +14,39 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...common.interruption import forget_kept, note_kept
 from ...common.result_files import save_array
 
 logger = logging.getLogger(__name__)
 
 EMBEDDINGS_FOLDER = "embeddings"
-LOG_EVERY = 10  # documents between log lines when no progress bar is shown
+LOG_SECONDS = 30.0  # between progress lines where no bar is shown: a document may take minutes, or milliseconds
+PROGRESS_LINE = "{desc}: {n_fmt}/{total_fmt} documents [{elapsed}<{remaining}, {rate_fmt}]"
+
+
+class DocumentProgress:
+    """Documents done of `total`, with the rate and the time left: tqdm's bar on a terminal; elsewhere (a log file,
+    where a bar's carriage returns pile up into one line) the same facts in tqdm's words, a log line every
+    `LOG_SECONDS` and at the end. `initial` documents were done before (a resumed run), and count for no rate."""
+
+    def __init__(self, total: int, initial: int, desc: str) -> None:
+        self.interactive = sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="document", disable=not self.interactive)
+        self.total, self.initial, self.done, self.desc = total, initial, initial, desc
+        self.started = self.logged = time.perf_counter()
+
+    def update(self) -> None:
+        self.done += 1
+        self.bar.update()
+        now = time.perf_counter()
+        if not self.interactive and (now - self.logged >= LOG_SECONDS or self.done == self.total):
+            self.logged = now
+            elapsed = now - self.started
+            facts = {"prefix": self.desc, "unit": "document", "initial": self.initial, "bar_format": PROGRESS_LINE}
+            logger.info(tqdm.format_meter(self.done, self.total, elapsed, **facts))
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def embed_documents(
@@ -45,8 +72,7 @@ def embed_documents(
     totals = {key: done.get(key, 0) for key in ("documents", "tokens", "wall_time_s", "cpu_time_s")}
     if counts:
         logger.info("%s: %d of %d documents embedded before, resuming", name, len(counts), len(documents))
-    interactive = sys.stderr.isatty()
-    bar = tqdm(total=len(documents), initial=len(counts), desc=name, disable=not interactive)
+    progress = DocumentProgress(len(documents), len(counts), name)
     for document in documents[len(counts) :]:
         started, cpu_started = time.perf_counter(), time.process_time()
         vectors = read(document)
@@ -59,11 +85,9 @@ def embed_documents(
         save_array(array, np.concatenate(parts))
         several = {"windows": counts} if max(counts) > 1 or "windows" in done else {}
         state.write_text(json.dumps({**totals, **several, "tokens_sha256": fingerprint}))
-        bar.update()
-        if not interactive and totals["documents"] % LOG_EVERY == 0:
-            rate = totals["documents"] / totals["wall_time_s"]
-            logger.info("%s: %d/%d documents, %.2f a second", name, len(counts), len(documents), rate)
-    bar.close()
+        note_kept(array, f"{len(counts)} of {len(documents)} documents embedded by {name} in {folder}")
+        progress.update()
+    progress.close()
     earlier = {key: done.get(key, 0) for key in ("documents", "wall_time_s", "cpu_time_s")}
     return {"embeddings": np.concatenate(parts), "windows": counts, **totals, "earlier": earlier}
 
@@ -73,6 +97,7 @@ def discard_kept(folder: Path, name: str) -> None:
     folder above it when that leaves them empty."""
     for path in (folder / f"{name}.npy", folder / f"{name}.json"):
         path.unlink(missing_ok=True)
+        forget_kept(path)
     for empty in (folder, folder.parent):
         if empty.is_dir() and not any(empty.iterdir()):
             empty.rmdir()
