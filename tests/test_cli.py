@@ -170,3 +170,119 @@ def test_env_checks_its_device_as_every_command_does(capsys):
     assert (
         capsys.readouterr().err == "tisa-hf env: --device cuda, but this torch sees no CUDA device; use --device cpu.\n"
     )
+
+
+def fake_index(folder, model) -> None:
+    """A finished index as far as search's checks read it: its record naming `model`, and its offsets."""
+    folder.mkdir()
+    record = {"settings": {"model": str(model), "token_centroids": None}, "documents": 1, "parts": 1}
+    (folder / "index.json").write_text(json.dumps(record))
+    (folder / "offsets.npy").write_bytes(b"")
+
+
+FILE_MISTAKES = {
+    "--input is a folder": (
+        ["encode", "minilm", "--input", "{tmp}", "--out", "{tmp}/out"],
+        "tisa-hf encode: --input {tmp} is a folder; give a JSON Lines file or a text file, one document a line.",
+    ),
+    "a text that is not a string": (
+        ["encode", "minilm", "--input", "{tmp}/numbers.jsonl", "--out", "{tmp}/out"],
+        "tisa-hf encode: {tmp}/numbers.jsonl:2: the value under 'text' is a number, not a string; give each "
+        "document's text as a JSON string.",
+    ),
+    "--queries is a folder": (
+        ["search", "{tmp}/index", "--queries", "{tmp}"],
+        "tisa-hf search: --queries {tmp} is a folder; give a JSON Lines file or a text file, one query a line.",
+    ),
+    "the index's model folder is gone": (
+        ["search", "{tmp}/index", "--query", "blue"],
+        "tisa-hf search: {tmp}/moved, the model folder {tmp}/index/index.json names, is gone (moved or deleted); "
+        "give where it is now with --model.",
+    ),
+    "a misspelt option, named before the missing one": (
+        ["search", "{tmp}/index", "--querry", "blue"],
+        "tisa-hf search: unknown option --querry; did you mean --query? see tisa-hf search --help.",
+    ),
+    "demo's --out is a file": (
+        ["demo", "--out", "{tmp}/numbers.jsonl"],
+        "tisa-hf demo: --out {tmp}/numbers.jsonl is a file; give a folder (it is created when missing).",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FILE_MISTAKES, ids=list(FILE_MISTAKES))
+def test_a_bad_file_folder_or_model_path_answers_before_torch_is_imported(case, tmp_path):
+    """The checks of the paths, files and fields a command line names run from light modules (`Command.checks`),
+    as the options' do: one line, status 2, no torch."""
+    argv, line = FILE_MISTAKES[case]
+    (tmp_path / "numbers.jsonl").write_text('{"text": "one"}\n{"text": 42}\n')
+    fake_index(tmp_path / "index", tmp_path / "moved")
+    completed, report = front([argument.format(tmp=tmp_path) for argument in argv])
+    assert report == {"status": 2, "heavy": []}
+    assert completed.stderr.splitlines() == [line.format(tmp=tmp_path)]
+
+
+def test_ctrl_c_in_a_command_that_keeps_nothing_is_one_line_with_status_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C goes through the one error boundary: no traceback; `tests/test_index_search.py` and
+    `tests/test_corpus.py` interrupt resumable commands, which say what they kept."""
+    from tisa_hf.commands import demo
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run", interrupted)
+    assert cli.main(["demo", "--out", str(tmp_path / "demo")]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "tisa-hf demo: interrupted; this command keeps nothing to resume, so it starts over when run again."
+    ]
+
+
+def test_every_resumable_command_says_how_it_carries_on():
+    """The commands that keep their work as they go (parts, documents, cells, checkpoints) are the ones whose
+    Ctrl-C line says how to resume; the training commands resume from a checkpoint with --resume."""
+    resumable = {name for name, command in cli.COMMANDS.items() if command.resumes is not None}
+    assert resumable == {
+        "glue", "squad", "classify", "sweep", "adapt", "lm-eval", "longembed", "qmsum", "qmsum-passages",
+        "context-passages", "context-train", "spans", "encode", "index", "sts",
+    }  # fmt: skip
+    assert {name for name in resumable if "--resume" in cli.COMMANDS[name].resumes} == {
+        "glue", "squad", "classify", "adapt",
+    }  # fmt: skip
+
+
+def test_the_normal_path_is_quiet_libraries_from_warning_and_a_small_codebook_said_once():
+    """A command's logging: tisa-hf's INFO lines, the libraries' from WARNING on whatever level they set their
+    loggers to (bm25s sets DEBUG when imported), and a pq codebook learned from too few vectors said once in
+    tisa-hf's words rather than by faiss once a sub-vector."""
+    code = (
+        "import logging, numpy as np\n"
+        "from tisa_hf.commands import cli\n"
+        "cli.configure_logging()\n"
+        "from tisa_hf.embeddings.lexical import bm25_index\n"
+        "bm25_index(['one two', 'three four'], 'english')\n"
+        "logging.getLogger('tisa_hf.own').info('own note')\n"
+        "from tisa_hf.multivector.compression import train_codebook\n"
+        "train_codebook(np.random.default_rng(0).standard_normal((300, 32)).astype(np.float32), 'pq4')\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert [line.split(" ", 2)[2] for line in completed.stderr.splitlines()] == [
+        "INFO tisa_hf.own: own note",
+        "WARNING tisa_hf.multivector.compression: --dtype pq4 learns its 256 centroids a sub-vector from the first "
+        "part's 300 token vectors, fewer than the 9984 that faiss advises; the codebook is coarser than it could be "
+        "(a larger --part-size gives it more).",
+    ]
+
+
+def test_demo_help_explains_every_option_and_shows_the_defaults():
+    completed, report = front(["demo", "--help"])
+    assert report == {"status": 0, "heavy": []}
+    text = " ".join(completed.stdout.split())
+    assert "--out OUT output folder (default: tisa-demo)" in text
+    assert (
+        "--kernels KERNELS S, kernels per head and layer; 0 fits none, bag of words with --mode replace (default: 5)"
+        in text
+    )
+    assert (
+        "--mode {add,replace} add: TISA's bias beside the position embeddings; replace: the embeddings replaced by "
+        "their mean, so inputs may be longer than the position table (default: add)" in text
+    )

@@ -58,12 +58,15 @@ def test_parts_equal_encode_document_and_count_the_cut_documents(tisa_folder, do
     assert record["tokens_read"] == sum(min(n, 96) for n in lengths)
 
 
-def test_an_interrupted_run_resumes_at_its_next_part(tisa_folder, documents, tmp_path, monkeypatch):
+def test_an_interrupted_run_resumes_at_its_next_part(tisa_folder, documents, tmp_path, monkeypatch, capsys):
     path, texts = documents
     argv = [tisa_folder, "--input", str(path), "--text-field", "body", "--part-size", "2", "--batch-size", "1"]
     stop_after_the_first_part(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        encode([*argv, "--out", str(tmp_path / "out")])
+    assert encode([*argv, "--out", str(tmp_path / "out")]) == 130  # Ctrl-C: one line, what was kept
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"tisa-hf encode: interrupted; kept 1 part (2 documents) in {tmp_path / 'out'}; the same command resumes "
+        "from there."
+    )
     monkeypatch.undo()
     assert json.loads((tmp_path / "out" / "encode.json").read_text())["parts"] == 1
     assert not (tmp_path / "out" / "embeddings.npy").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import string
 from pathlib import Path
 
@@ -67,12 +68,15 @@ def stored_documents(out) -> list[np.ndarray]:
 
 
 def test_an_index_holds_every_documents_token_vectors_and_resumes_at_its_next_part(
-    models, corpus_file, tmp_path, monkeypatch
+    models, corpus_file, tmp_path, monkeypatch, capsys
 ):
     model, _ = models
     stop_after_the_first_part(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        index(index_argv(model, corpus_file, tmp_path / "index"))
+    assert index(index_argv(model, corpus_file, tmp_path / "index")) == 130  # Ctrl-C: one line, no traceback
+    assert capsys.readouterr().err.splitlines() == [
+        f"tisa-hf index: interrupted; kept 1 part (3 documents) in {tmp_path / 'index'}; the same command resumes "
+        "from there."
+    ]
     monkeypatch.undo()
     assert json.loads((tmp_path / "index" / "index.json").read_text())["parts"] == 1
     encoded = []
@@ -116,7 +120,8 @@ def test_search_top_k_equals_a_brute_force_maxsim(models, corpus_file, tmp_path,
     unrounded = encoder.similarity(queries, encoder.encode_document(TEXTS)).numpy()  # fp32 documents
     assert [result["query"] for result in found["results"]] == QUESTIONS
     for row, rounded, result in zip(brute_force, unrounded, found["results"], strict=True):
-        hits = [hit["document"] for hit in result["hits"]]
+        hits = [hit["line"] - 1 for hit in result["hits"]]  # lines count from 1
+        assert [hit["id"] for hit in result["hits"]] == hits  # the corpus' own ids: id i on line i + 1
         assert hits == np.argsort(-row, kind="stable")[:4].tolist()
         np.testing.assert_allclose([hit["score"] for hit in result["hits"]], row[hits], rtol=0, atol=1e-6)
         np.testing.assert_allclose(row, rounded, rtol=0, atol=2e-3)  # what storing fp16 moves
@@ -125,7 +130,7 @@ def test_search_top_k_equals_a_brute_force_maxsim(models, corpus_file, tmp_path,
     (alone,) = json.loads(capsys.readouterr().out)["results"]  # encoded alone: no padding, the last bits differ
     in_file = found["results"][1]
     assert alone["query"] == in_file["query"]
-    assert [hit["document"] for hit in alone["hits"]] == [hit["document"] for hit in in_file["hits"]]
+    assert [hit["line"] for hit in alone["hits"]] == [hit["line"] for hit in in_file["hits"]]
     np.testing.assert_allclose(
         [hit["score"] for hit in alone["hits"]], [hit["score"] for hit in in_file["hits"]], rtol=0, atol=1e-6
     )
@@ -143,7 +148,7 @@ def test_bm25_candidates_recall_the_documents_sharing_the_querys_words_and_are_s
         out = tmp_path / "hits.json"
         assert search([str(tmp_path / "index"), "--queries", str(questions), "--out", str(out), *options]) == 0
         return [
-            [(hit["document"], hit["score"]) for hit in result["hits"]]
+            [(hit["line"] - 1, hit["score"]) for hit in result["hits"]]
             for result in json.loads(out.read_text())["results"]
         ]
 
@@ -184,6 +189,14 @@ def test_an_index_of_another_model_is_refused_in_one_line(models, corpus_file, t
         ("index", ["{tmp}", "--input", "{corpus}", "--out", "{tmp}/index"],
          "{tmp} is not a MultiVectorEncoder folder (no config_sentence_transformers.json saying so); write one with "
          "tisa-hf adapt --multi-vector or save_multi_vector_encoder."),
+        ("index", ["{model}", "--input", "{numbers}", "--out", "{tmp}/index"],
+         "{numbers}:2: the value under 'text' is a number, not a string; give each document's text as a JSON string."),
+        ("index", ["{model}", "--input", "{tmp}", "--out", "{tmp}/index"],
+         "--input {tmp} is a folder; give a JSON Lines file or a text file, one document a line."),
+        ("index", ["{model}", "--input", "{twice}", "--out", "{tmp}/index"],
+         "{twice}:2: id 'a' is line 1's too; give each document its own id."),
+        ("index", ["{model}", "--input", "{twice}", "--id-field", "key", "--out", "{tmp}/index"],
+         "{twice}:1: no id under 'key'; give every document one, or name the field with --id-field."),
         ("search", ["{tmp}/nothing", "--query", "blue"],
          "{tmp}/nothing holds no index (no index.json); build one with tisa-hf index."),
         ("search", ["{index}", "--queries", "{corpus}"],
@@ -201,12 +214,15 @@ def test_bad_input_is_one_line_before_any_model_loads(
         assert index(index_argv(model, corpus_file, tmp_path / "built")) == 0
         capsys.readouterr()
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "numbers.jsonl").write_text('{"text": "one"}\n{"text": 42}\n')
+    (tmp_path / "twice.jsonl").write_text('{"id": "a", "text": "one"}\n{"id": "a", "text": "two"}\n')
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model loaded")
 
     monkeypatch.setattr(MultiVectorEncoder, "__init__", no_loading)
     names = {"model": model, "empty": tmp_path / "empty.txt", "tmp": tmp_path, "corpus": corpus_file}
+    names |= {"numbers": tmp_path / "numbers.jsonl", "twice": tmp_path / "twice.jsonl"}
     names["index"] = tmp_path / "built"
     assert cli.entry(command)([argument.format(**names) for argument in arguments]) == 2
     assert capsys.readouterr().err.splitlines() == [f"tisa-hf {command}: {message.format(**names)}"]
@@ -244,4 +260,40 @@ def test_an_int8_index_keeps_a_byte_a_number_and_a_scale_a_token_and_searches_ov
         encoder.encode_query(TEXTS), [torch.from_numpy(stored[d]) for d in range(len(stored))]
     ).numpy()
     for row, result in zip(brute_force, json.loads(hits.read_text())["results"], strict=True):
-        assert [hit["document"] for hit in result["hits"]] == np.argsort(-row, kind="stable")[:3].tolist()
+        assert [hit["line"] - 1 for hit in result["hits"]] == np.argsort(-row, kind="stable")[:3].tolist()
+
+
+def test_hits_carry_the_corpus_own_ids_beside_their_lines(models, tmp_path, capsys):
+    """A corpus whose objects have ids (under `id` by default, or --id-field) gets them back in search's hits,
+    beside the 1-based line; one without ids gets lines alone."""
+    model, _ = models
+    keyed = tmp_path / "keyed.jsonl"
+    keyed.write_text("".join(json.dumps({"key": f"doc-{i}", "body": text}) + "\n" for i, text in enumerate(TEXTS)))
+    plain = tmp_path / "plain.txt"
+    plain.write_text("".join(f"{text}\n" for text in TEXTS))
+    assert index(index_argv(model, keyed, tmp_path / "keyed", "--id-field", "key")) == 0
+    assert index([model, "--input", str(plain), "--out", str(tmp_path / "plain"), "--part-size", "3"]) == 0
+    capsys.readouterr()
+    found = {}
+    for name in ("keyed", "plain"):
+        assert search([str(tmp_path / name), "--query", QUESTIONS[0], "--top-k", "7"]) == 0
+        (found[name],) = json.loads(capsys.readouterr().out)["results"]
+    assert sorted(hit["line"] for hit in found["plain"]["hits"]) == list(range(1, 8))
+    assert all(set(hit) == {"line", "score"} for hit in found["plain"]["hits"])
+    assert [hit["id"] for hit in found["keyed"]["hits"]] == [f"doc-{hit['line'] - 1}" for hit in found["keyed"]["hits"]]
+    assert [hit["line"] for hit in found["keyed"]["hits"]] == [hit["line"] for hit in found["plain"]["hits"]]
+
+
+def test_search_after_the_model_folder_moved_names_the_folder_gone_and_model(models, corpus_file, tmp_path, capsys):
+    model, _ = models
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    assert index(index_argv(str(copy), corpus_file, tmp_path / "index")) == 0
+    copy.rename(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert search([str(tmp_path / "index"), "--query", "blue"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"tisa-hf search: {copy}, the model folder {tmp_path / 'index' / 'index.json'} names, is gone (moved or "
+        "deleted); give where it is now with --model."
+    ]
+    assert search([str(tmp_path / "index"), "--query", "blue", "--model", str(tmp_path / "elsewhere")]) == 0

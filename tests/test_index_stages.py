@@ -82,19 +82,19 @@ def test_convex_fusion_ranks_by_normalised_bm25_and_maxsim(models, corpus_file, 
     _, fused = hits_of(out, "--top-k", "7", "--fuse", "0.4")
     _, fused_candidates = hits_of(out, "--top-k", "3", "--fuse", "0.4", "--candidates", "4")
     late = np.array(
-        [[dict((h["document"], h["score"]) for h in r["hits"])[d] for d in range(7)] for r in exact["results"]]
+        [[dict((h["line"] - 1, h["score"]) for h in r["hits"])[d] for d in range(7)] for r in exact["results"]]
     )
     lexical = query_scores(load_bm25(str(out)), queries, "english", 7)
     expected = convex_fusion(lexical, late, 0.4)
     for row, result in zip(expected, fused["results"], strict=True):
-        assert [hit["document"] for hit in result["hits"]] == np.argsort(-row, kind="stable").tolist()
+        assert [hit["line"] - 1 for hit in result["hits"]] == np.argsort(-row, kind="stable").tolist()
         np.testing.assert_allclose([hit["score"] for hit in result["hits"]], np.sort(row)[::-1], atol=1e-6)
     candidates = np.argsort(-lexical, axis=1, kind="stable")[:, :4]
     kept = np.full_like(late, -np.inf)
     np.put_along_axis(kept, candidates, 1.0, axis=1)
     among = convex_fusion(np.where(kept == 1, lexical, -np.inf), np.where(kept == 1, late, -np.inf), 0.4)
     for row, result in zip(among, fused_candidates["results"], strict=True):
-        assert [hit["document"] for hit in result["hits"]] == np.argsort(-row, kind="stable")[:3].tolist()
+        assert [hit["line"] - 1 for hit in result["hits"]] == np.argsort(-row, kind="stable")[:3].tolist()
 
 
 def test_search_reads_no_weights_while_the_model_files_are_unchanged(models, corpus_file, tmp_path, monkeypatch):  # noqa: F811
