@@ -107,3 +107,20 @@ def test_demo_runs_offline_end_to_end(minilm, tmp_path, caplog, capsys):
         "--overwrite.\n"
     )
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_demo_with_no_kernels_plots_the_profiles_alone_and_still_checks_the_reload(minilm, tmp_path, capsys):
+    """S = 0 in replace mode, the bag of words the README names: nothing to fit, the rest of the demo runs."""
+    assert cli.main(["demo", "--out", str(tmp_path), "--kernels", "0", "--mode", "replace"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("Loaded minilm with TISA replace S=0 (no kernels to fit) in ")
+    assert printed[1] == "Positional parameters: TISA 0, position embeddings 384"
+    assert printed[2] == f"No kernels were fitted (S = 0), so F̂_P is plotted alone: {tmp_path / 'tisa_profiles.png'}"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["kernels_fitted"], summary["mean_fit_r2"], summary["reload_max_logit_difference"]) == (
+        False,
+        None,
+        0.0,
+    )
+    height, width, _ = matplotlib.image.imread(tmp_path / "tisa_profiles.png").shape
+    assert width == round(FIGURE_WIDTH * FIGURE_DPI) and height > width  # every head's profile

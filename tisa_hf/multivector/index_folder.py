@@ -14,6 +14,7 @@ to documents (`postings-starts.npy`, `postings-documents.npy`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -74,9 +75,17 @@ def is_index_model(folder: Path, record: dict[str, Any]) -> bool:
     """Whether `folder` holds the weights and settings the index in `record` was built with: its files unchanged
     since the index fingerprinted them (their sizes and times, as make and git compare files), or else the same
     fingerprint (a copied or touched folder is read again)."""
-    if record.get("model_files") == model_files(folder):
+    files = model_files(folder)
+    if record.get("model_files") == files:
         return True
-    return model_fingerprint(folder) == record["settings"]["model_sha256"]
+    return _fingerprint_while(str(folder.resolve()), json.dumps(files)) == record["settings"]["model_sha256"]
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint_while(folder: str, files: str) -> str:
+    """`model_fingerprint` of `folder` while its files' sizes and times are `files`: the command line's check
+    before torch is imported and the command's own check read the weights once."""
+    return model_fingerprint(Path(folder))
 
 
 def model_dimension(folder: Path) -> int:
