@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
-from .interruption import note_kept
+from ..errors import UsageError, note_kept
 
 logger = logging.getLogger(__name__)
 

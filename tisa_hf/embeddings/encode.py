@@ -30,10 +30,10 @@ import torch
 
 from ..attaching import model_table_length, tisa_config_of
 from ..common.checkpoints import reads_any_length
-from ..common.interruption import note_kept
 from ..common.machine import machine, versions
 from ..common.result_files import check_out_folder, check_writable, resumable_record, save_array, write_record
 from ..common.sentence_models import check_reading_limit, require_sentence_transformers
+from ..errors import note_kept
 from ..packaged import resolve_model
 from .corpus_files import input_digest, read_documents
 from .options import encode_parser

@@ -34,9 +34,8 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from ..common.interruption import note_kept
 from ..common.log_filters import dropping_records
-from ..errors import UsageError
+from ..errors import UsageError, note_kept
 from .arguments import TrainingArguments
 from .finite import check_finite_metrics, check_finite_step
 from .precision import check_mixed_precision, training_device

@@ -37,12 +37,11 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedTokenizerBase
 
-from ...common.interruption import note_kept
 from ...common.machine import checked_device, machine, versions
 from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import SCORES_FOLDER, check_out_folder, file_name, resumable_record, write_record
 from ...common.tables import markdown_table, paired_cell
-from ...errors import UsageError
+from ...errors import UsageError, note_kept
 from ..systems import (
     Embedder,
     RetrievalSystem,

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...common.interruption import forget_kept, note_kept
 from ...common.result_files import save_array
+from ...errors import forget_kept, note_kept
 
 logger = logging.getLogger(__name__)
 
