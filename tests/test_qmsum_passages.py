@@ -277,3 +277,26 @@ def test_kept_whole_reads_are_reused_across_read_outs_and_windows_with_the_same_
     assert [len(list(folder.glob("*.npy"))) for folder in folders] == [3, 3]
     about = sorted(json.loads((folder / "model.json").read_text())["system"] for folder in folders)
     assert about == sorted([whole, other])
+
+
+def test_kept_documents_show_the_rate_and_time_left_every_30_seconds_in_a_log(tmp_path, monkeypatch, caplog):
+    """A run's documents (a late: read-out of whole meetings takes minutes each) report, where no terminal shows
+    tqdm's bar, tqdm's count, elapsed and remaining time and rate every 30 seconds and at the end, rather than
+    every tenth document (40 minutes apart at 0.04 documents a second)."""
+    import itertools
+    import logging
+
+    from tisa_hf.embeddings.retrieval import kept_embeddings
+
+    clock = itertools.count(0.0, 10.0)  # each reading of the clock 10 seconds on
+    monkeypatch.setattr(kept_embeddings.time, "perf_counter", lambda: next(clock))
+    with caplog.at_level(logging.INFO, logger="tisa_hf"):
+        kept = kept_embeddings.embed_documents(
+            lambda document: np.ones((1, 2)), [[1, 2], [3], [4, 5, 6]], tmp_path, "late:model", "tokens"
+        )
+    assert kept["documents"] == 3
+    assert [record.getMessage() for record in caplog.records] == [
+        "late:model: 1/3 documents [00:30<01:00, 30.00s/document]",
+        "late:model: 2/3 documents [01:00<00:30, 30.00s/document]",
+        "late:model: 3/3 documents [01:30<00:00, 30.00s/document]",
+    ]
