@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..common.hub_access import ModelSource, model_source
 from ..common.options import add_overwrite_argument, non_negative_int
-from ..common.result_files import claim_finished_folder
-from ..common.saved_files import check_output_folder
 from ..config import TisaConfig
 from ..errors import usage_errors
 from ..packaged import MINILM_ALIAS
+
+if TYPE_CHECKING:
+    from ..common.hub_access import ModelSource
 
 SUMMARY_FILE = "summary.json"  # written last: a folder holding it holds a finished demo
 
@@ -45,6 +46,10 @@ def check_demo(args: argparse.Namespace) -> tuple[ModelSource, TisaConfig]:
     """Before torch is imported: the model is there to load, the TISA settings hold together, and --out can hold
     the demo, and holds no finished one unless --overwrite (whose summary is then removed, so that an interrupted
     new demo does not look finished). Returns where the model loads from and the TISA settings."""
+    from ..common.hub_access import model_source  # here: --help needs none of the checks' libraries
+    from ..common.result_files import claim_finished_folder
+    from ..common.saved_files import check_output_folder
+
     source = model_source(args.model)
     with usage_errors():
         tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
