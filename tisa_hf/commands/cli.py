@@ -2,10 +2,9 @@
 
 A command raises `tisa_hf.errors.UsageError` for what the user got wrong; `main` prints it as one line,
 `tisa-hf COMMAND: message`, and exits with status 2 (with its traceback under `--debug` or `TISA_HF_DEBUG=1`).
-Ctrl-C is one line too, saying what a resumable command kept (`errors.note_kept`) and how it carries on,
-with status 130 (128 + SIGINT, as a shell reports it). Anything else escaping a command is a bug and keeps its
-traceback. `python -m tisa_hf.commands.glue` and the
-other launcher entries come through here too.
+Ctrl-C is one line too, saying what a resumable command kept (`errors.note_kept`) and how it carries on, with
+status 130 (128 + SIGINT, as a shell reports it). Anything else escaping a command is a bug and keeps its
+traceback. `python -m tisa_hf.commands.glue` and the other launcher entries come through here too.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """`tisa-hf search`: the top-k documents of a `tisa-hf index` for one query or a file of queries, by exact mean
 MaxSim, written as JSON.
 
-Everything is checked before the model loads: the index is there and finished, the queries are read (a file as
-`tisa-hf encode` reads a corpus, the query under --query-field), the candidate stage asked for is the index's, and
-the model is the one that built the index (its files as `index.json` recorded them, or else its fingerprint). The
-queries are encoded by the index's `MultiVectorEncoder` and scored against the documents' stored vectors
-(memory-mapped, read a document at a time) by the `late:` read-out's MaxSim (`embeddings/retrieval/ranking.py`):
-every document, or with --candidates N only each query's N best by the candidate stage, BM25 (the index's `bm25/`)
-or the approximate search over token vectors (`token_candidates.py`), which costs N documents' products a query
-instead of the corpus'. With --fuse W, the MaxSim scores are fused with BM25's (convex fusion, `ranking.py`). Ties
-rank the earlier document first.
+Everything is checked before the model loads (`checks.py`, before torch is imported on the command line): the index is
+there and finished, the queries are read (a file as `tisa-hf encode` reads a corpus, the query under --query-field),
+the candidate stage asked for is the index's, and the model is the one that built the index (its files as `index.json`
+recorded them, or else its fingerprint). The queries are encoded by the index's `MultiVectorEncoder` and scored
+against the documents' stored vectors (memory-mapped, read a document at a time) by the `late:` read-out's MaxSim
+(`embeddings/retrieval/ranking.py`): every document, or with --candidates N only each query's N best by the candidate
+stage, BM25 (the index's `bm25/`) or the approximate search over token vectors (`token_candidates.py`), which costs N
+documents' products a query instead of the corpus'. With --fuse W, the MaxSim scores are fused with BM25's (convex
+fusion, `ranking.py`). Ties rank the earlier document first. A hit names its document by its line in the corpus file
+and, where the corpus gave ids (`tisa-hf index --id-field`), by its id.
 """
 
 from __future__ import annotations
