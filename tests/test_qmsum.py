@@ -106,7 +106,8 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
     fused = reciprocal_rank_fusion(lexical, dense)
     assert record["results"][hybrid]["ranks"] == answer_ranks(fused, meetings.answers)
     normalised = [
-        (scores - scores.min(1, keepdims=True)) / np.ptp(scores, 1, keepdims=True) for scores in (lexical, dense)
+        (scores - scores.min(1, keepdims=True)) / np.ptp(scores, 1, keepdims=True)
+        for scores in (lexical.astype(float), dense.astype(float))  # fused in float64, as the scorer does
     ]
     np.testing.assert_allclose(
         np.load(scores_path(tmp_path / "out", convex, "qmsum")), 0.7 * normalised[0] + 0.3 * normalised[1]
