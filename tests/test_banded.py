@@ -17,6 +17,8 @@ from tests.reference import reference_forward
 from tisa_hf.attention import banded
 from tisa_hf.kernels import TisaPositionBias, nonzero_band
 
+pytestmark = pytest.mark.core
+
 HEADS, LENGTH, HEAD_DIM = 3, 50, 8
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 

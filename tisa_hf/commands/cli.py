@@ -21,7 +21,7 @@ from typing import NoReturn
 import huggingface_hub.utils
 
 from ..errors import UsageError
-from .registry import COMMANDS, Command, load
+from .registry import COMMANDS, Command, installed, load
 
 DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`
 DEBUG_VARIABLE = "TISA_HF_DEBUG"
@@ -50,6 +50,24 @@ def check_options(name: str, command: Command, args: list[str]) -> None:
         parser.prog = prog
         parser.error = functools.partial(_refuse, parser)
         parser.parse_args(args)
+
+
+def check_extra(command: Command) -> None:
+    """The extra the command needs is installed, or one line says how to install it; `find_spec` tells without
+    importing anything."""
+    if command.extra is not None and not installed(command.extra):
+        raise UsageError(f'needs the {command.extra} extra: pip install "tisa-hf[{command.extra}]"')
+
+
+def check_command_line(name: str, command: Command, args: list[str]) -> None:
+    """Before the command imports its libraries: its options (whose help answers on any install), then its extra;
+    where both fail the missing extra is the line shown, since no options run without it."""
+    try:
+        check_options(name, command, args)
+    except UsageError:
+        check_extra(command)
+        raise
+    check_extra(command)
 
 
 def unknown_command(name: str) -> str:
@@ -88,6 +106,23 @@ def entry(name: str) -> Callable[[list[str] | None], int]:
     return run_command
 
 
+def moved_entry(old_module: str, name: str) -> Callable[[list[str] | None], int]:
+    """`entry(name)` under a module name the previous release documented (`accelerate launch -m tisa_hf.glue`):
+    one line on stderr names the module that replaced it, then the command runs as it does there."""
+    run_command = entry(name)
+
+    def forwarded(argv: list[str] | None = None) -> int:
+        new_module = COMMANDS[name].launcher
+        print(
+            f"{old_module} is deprecated and goes in tisa-hf 0.3: use {new_module} "
+            f"(accelerate launch -m {new_module}, or tisa-hf {name})",
+            file=sys.stderr,
+        )
+        return run_command(argv)
+
+    return forwarded
+
+
 def debugging(argv: list[str]) -> tuple[bool, list[str]]:
     """Whether a usage error shows its traceback (`--debug` before the command, or `TISA_HF_DEBUG=1`), and the
     arguments without `--debug`."""
@@ -110,7 +145,7 @@ def main(argv: list[str] | None = None, before_running: Callable[[], None] = lam
         print(unknown_command(command), file=sys.stderr)
         return 2
     try:
-        check_options(command, COMMANDS[command], rest)
+        check_command_line(command, COMMANDS[command], rest)
         before_running()
         configure_logging()
         return load(COMMANDS[command].run)(rest) or 0
