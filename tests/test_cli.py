@@ -10,8 +10,6 @@ import torch
 
 from tisa_hf.commands import cli
 
-pytestmark = pytest.mark.core
-
 # What a help request must not import: each takes seconds, and none is needed to print options.
 HEAVY_MODULES = ("torch", "transformers.modeling_utils", "accelerate", "datasets", "matplotlib", "sklearn", "peft")
 
