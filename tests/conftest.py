@@ -1,5 +1,5 @@
 """pytest fixtures and hooks shared by every test: the architecture parameter, seeding, no network, log capture and
-the packaged MiniLM (what the fixtures build on is in `tests/fixtures.py`)."""
+the packaged MiniLM (what the fixtures build on is in `tests/fixtures.py`); it imports the core install only."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ import transformers
 import tisa_hf
 from tests.fixtures import MODEL_TYPES
 from tisa_hf.common import hub_access
+
+CORE_MARK = "pytest.mark.core"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`pytest -m core` (the plugin's tests, on the core install) collects only the modules that hold core tests:
+    pytest imports every module it collects, whatever `-m` deselects, and the others import the extras."""
+    if config.getoption("markexpr") != "core" or not collection_path.name.startswith("test_"):
+        return None
+    return collection_path.suffix == ".py" and CORE_MARK not in collection_path.read_text(encoding="utf-8")
 
 
 def pytest_collection_modifyitems(items):

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 from transformers import (
     AlbertConfig,
@@ -30,6 +31,7 @@ from transformers import (
 
 import tisa_hf.attention as attention
 from tisa_hf import supported_model_types
+from tisa_hf.commands.registry import installed
 
 MODEL_TYPES = supported_model_types()  # every one needs its case in `tiny_config`
 # The tests' encoder sizes, in this one place: `tiny_config` builds every architecture from them, and each test
@@ -47,6 +49,11 @@ TINY = dict(**TINY_SIZES, hidden_dropout_prob=0.0, attention_probs_dropout_prob=
 # analysed, plotted or carded with that tokenizer.
 WORD_PIECE_SIZES = dict(vocab_size=30522, num_hidden_layers=2, intermediate_size=64)
 WORDS = [f"w{index}" for index in range(40)]
+
+
+def requires_extra(extra: str) -> pytest.MarkDecorator:
+    """A core test's mark where a part of it needs an extra: it skips, saying which, on the core install."""
+    return pytest.mark.skipif(not installed(extra), reason=f'needs the {extra} extra: pip install "tisa-hf[{extra}]"')
 
 
 def tiny_config(model_type: str, **overrides):

@@ -12,6 +12,8 @@ import tisa_hf
 from tests.fixtures import tiny_config
 from tests.reference import reference_forward
 
+pytestmark = pytest.mark.core
+
 
 def make_inputs(config, batch=3, length=9):
     low = 3 if config.model_type in ("roberta", "xlm-roberta") else 1

@@ -12,10 +12,12 @@ import torch
 from transformers import AutoModel
 
 import tisa_hf.attention as attention
-from tests.fixtures import RecordingRoute, tiny_config
+from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tests.reference import reference_forward
 from tisa_hf.attention import banded
 from tisa_hf.kernels import TisaPositionBias, nonzero_band
+
+pytestmark = pytest.mark.core
 
 HEADS, LENGTH, HEAD_DIM = 3, 50, 8
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -239,6 +241,7 @@ def test_the_band_is_read_from_each_layer_at_the_call_length():
     assert chosen == [attention.BANDED, attention.BLOCKWISE]
 
 
+@requires_extra("analysis")
 def test_the_benchmark_times_one_model_on_both_routes(monkeypatch):
     """`tisa-hf bench --sections long`: the banded and blockwise variants are the same TISA model, whose step sets
     the route switch for its own forward only."""

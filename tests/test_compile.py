@@ -18,7 +18,7 @@ from torch._dynamo.utils import counters
 from transformers import AutoModelForSequenceClassification
 
 import tisa_hf
-from tests.fixtures import MODEL_TYPES, TINY, glue_argv, tiny_config, write_rte_tsv, write_tiny_model
+from tests.fixtures import MODEL_TYPES, TINY, glue_argv, requires_extra, tiny_config, write_rte_tsv, write_tiny_model
 from tests.test_banded import narrow_model
 from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
 from tisa_hf.commands.glue import main as glue_main
@@ -26,7 +26,8 @@ from tisa_hf.finetune.arguments import parse_arguments
 from tisa_hf.finetune.classify.options import CLASSIFY_ARGUMENTS
 from tisa_hf.finetune.glue.options import GLUE_ARGUMENTS
 from tisa_hf.finetune.squad.options import SQUAD_ARGUMENTS
-from tisa_hf.performance import bench, cases
+
+pytestmark = pytest.mark.core
 
 CLASSIFIER_DROPOUT = {"albert": "classifier_dropout_prob", "distilbert": "seq_classif_dropout"}
 
@@ -183,6 +184,7 @@ def test_a_lora_tisa_model_compiles_in_one_graph():
     torch.testing.assert_close(compiled(**padded_batch()).logits, model(**padded_batch()).logits, atol=0, rtol=0)
 
 
+@requires_extra("finetune")
 def test_a_compiled_glue_run_trains_like_an_eager_one(tmp_path):
     """`tisa-hf glue --torch-compile` trains through Accelerate's dynamo plugin, also after an eager run in the same
     process: the run's weights are saved under the model's own names and equal the eager run's."""
@@ -228,10 +230,13 @@ def test_every_training_command_takes_the_compile_switch(options, required):
     assert compile_settings(argv) == (True, "aot_eager", "max-autotune")
 
 
+@requires_extra("analysis")
 def test_bench_compiles_the_models_of_every_pair(monkeypatch, tmp_path):
     """`tisa-hf bench --compile` times each pair's compiled models compiled: with Dynamo's recompile limit at 2 (the
     two compiled models of one pair), a run of four pairs compiles all eight, where models of earlier pairs would
     fill the limit and leave later ones to run eager."""
+    from tisa_hf.performance import bench, cases
+
     tiny = {key: TINY[key] for key in ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size")}
     monkeypatch.setattr(cases, "BERT_BASE_SIZES", tiny)
     counters.clear()

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 import tisa_hf  # noqa: F401  (registers TISA's model types)
 from tests.fixtures import tiny_config
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.core]
 CUDA = torch.device("cuda")
 # Heads of 16 dimensions, the smallest PyTorch's CUDA flex attention compiles (the tiny config's are 8).
 FLEX_SIZES = {"hidden_size": 64, "intermediate_size": 64}

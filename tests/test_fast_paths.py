@@ -12,10 +12,11 @@ from transformers import BertModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import requires_extra, tiny_config
 from tisa_hf.attention import blockwise, stored_bias, trainable_bias
 from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
-from tisa_hf.performance.bench import per_head_loop_bias
+
+pytestmark = pytest.mark.core
 
 HEADS, KERNELS = 3, 2
 
@@ -110,7 +111,10 @@ def test_blockwise_route_off_the_cpu_reads_contiguous_blocks_of_accelerator_size
     assert calls == [(1024, True), (1024, True), (952, True)]
 
 
+@requires_extra("analysis")  # the benchmark's baseline builds its index with SciPy
 def test_benchmark_baseline_builds_the_same_bias():
+    from tisa_hf.performance.bench import per_head_loop_bias
+
     module = random_bias_module()
     with torch.no_grad():
         expected = module(1, 11, torch.float32)

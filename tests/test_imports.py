@@ -13,6 +13,8 @@ from transformers import AutoModelForSequenceClassification
 import tisa_hf
 from tests.fixtures import TINY_SIZES, tiny_config
 
+pytestmark = pytest.mark.core
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,7 @@ from tisa_hf.commands.registry import COMMANDS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tisa_hf"
 MAX_FOLDER_MODULES = 15
+MOVED_LAUNCHERS = ("tisa_hf.classify", "tisa_hf.glue", "tisa_hf.squad")
 
 # Lowest first; a module belongs to the layer of the longest prefix listed (`tisa_hf` itself: the package only).
 # A module may import its own layer and those below it, never one above.
@@ -56,11 +57,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     # what works over finished runs of the training tasks
     ("tisa_hf.experiments",),
-    # the command line (the dispatcher, the demo, the launchers) and `python -m tisa_hf`
-    ("tisa_hf.commands", "tisa_hf.__main__"),
+    # the command line (the dispatcher, the demo, the launchers), `python -m tisa_hf` and the previous release's
+    # launcher names, forwarded until 0.3
+    ("tisa_hf.commands", "tisa_hf.__main__", *MOVED_LAUNCHERS),
 )
 # The modules that run as `__main__`: `python -m tisa_hf COMMAND` and the training commands' `accelerate launch -m`
-LAUNCHERS = ("tisa_hf.__main__", *sorted(command.launcher for command in COMMANDS.values() if command.launcher))
+LAUNCHERS = (
+    "tisa_hf.__main__",
+    *MOVED_LAUNCHERS,
+    *sorted(command.launcher for command in COMMANDS.values() if command.launcher),
+)
 
 
 def module_files() -> dict[str, Path]:
@@ -177,19 +183,22 @@ def test_the_retrieval_runner_builds_on_the_embedding_modules_never_the_reverse(
 
 
 def test_nothing_imports_the_command_line_but_its_entries():
-    """commands/ sits at the top: outside it, only `python -m tisa_hf` imports it (the console script,
-    `tisa_hf_cli.py`, lives outside the package), and `tisa-hf sweep` its command table; inside it only the
-    launchers import the dispatcher."""
+    """commands/ sits at the top: outside it, only `python -m tisa_hf` and the previous release's launcher names
+    (`tisa_hf.glue`, ...) import it (the console script, `tisa_hf_cli.py`, lives outside the package), and
+    `tisa-hf sweep` its command table; inside it only the launchers import the dispatcher."""
     importers = sorted(
         f"{module} -> {target}"
         for module, targets in import_graph().items()
         for target in targets
         if target.startswith("tisa_hf.commands") and not module.startswith("tisa_hf.commands")
     )
-    assert importers == [
-        "tisa_hf.__main__ -> tisa_hf.commands.cli",
-        "tisa_hf.experiments.sweep -> tisa_hf.commands.registry",
-    ]
+    assert importers == sorted(
+        [
+            "tisa_hf.__main__ -> tisa_hf.commands.cli",
+            *(f"{module} -> tisa_hf.commands.cli" for module in MOVED_LAUNCHERS),
+            "tisa_hf.experiments.sweep -> tisa_hf.commands.registry",
+        ]
+    )
     launchers = {module for module in LAUNCHERS if module.startswith("tisa_hf.commands.")}
     inside = sorted(
         f"{module} -> {target}"

@@ -11,6 +11,8 @@ import tisa_hf
 from tests.fixtures import tiny_config
 from tisa_hf.common.head_loading import load_under_head
 
+pytestmark = pytest.mark.core
+
 
 def records(caplog, level):
     return [record.getMessage() for record in caplog.records if record.levelno == level]

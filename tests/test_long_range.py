@@ -14,6 +14,8 @@ from tests.fixtures import tiny_config
 from tests.reference import reference_forward
 from tisa_hf.kernels import TisaPositionBias
 
+pytestmark = pytest.mark.core
+
 
 def make_inputs(config, batch=3, length=30):
     low = 3 if config.model_type in ("roberta", "xlm-roberta") else 1

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import logging
 
-import matplotlib.image
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 import tisa_hf
+from tests.fixtures import requires_extra
 from tisa_hf import attaching
-from tisa_hf.analysis.plots import FIGURE_DPI, FIGURE_WIDTH
-from tisa_hf.commands import cli, demo
+from tisa_hf.commands import cli
+
+pytestmark = pytest.mark.core
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,13 @@ def test_replace_mode_reads_inputs_four_times_the_table(minilm):
     assert hidden.shape == (1, 2048, 384) and torch.isfinite(hidden).all()
 
 
+@requires_extra("analysis")
 def test_demo_runs_offline_end_to_end(minilm, tmp_path, caplog, capsys):
+    import matplotlib.image
+
+    from tisa_hf.analysis.plots import FIGURE_DPI, FIGURE_WIDTH
+    from tisa_hf.commands import demo
+
     assert demo.main(["--out", str(tmp_path), "--kernels", "3"]) == 0
     assert not [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
     assert "under a new 2-class head (random: the demo checks that saving keeps the logits" in capsys.readouterr().out

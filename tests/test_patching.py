@@ -14,6 +14,8 @@ import tisa_hf
 from tests.fixtures import tiny_config
 from tisa_hf import attaching
 
+pytestmark = pytest.mark.core
+
 
 def forbid_fitting(monkeypatch):
     def refuse(*args, **kwargs):

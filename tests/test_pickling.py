@@ -22,6 +22,8 @@ from tests.fixtures import tiny_config
 from tisa_hf import model_configs, modeling
 from tisa_hf.modeling import tisa_model_class
 
+pytestmark = pytest.mark.core
+
 INPUT_IDS = torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 3, 0, 0]])
 ATTENTION_MASK = (INPUT_IDS != 0).long()
 

@@ -15,6 +15,8 @@ from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
 from tisa_hf.performance import env as routes
 
+pytestmark = pytest.mark.core
+
 CPU = torch.device("cpu")
 SHAPE = routes.Shape(layers=3, heads=4, head_dim=8)  # tiny_config's encoder
 

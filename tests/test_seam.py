@@ -19,6 +19,8 @@ from tests.fixtures import TINY_SIZES, tiny_config
 from tests.reference import reference_forward
 from tisa_hf.attention import ATTENTION_FUNCTIONS
 
+pytestmark = pytest.mark.core
+
 
 @pytest.fixture
 def plain_dir(tmp_path):

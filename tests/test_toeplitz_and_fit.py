@@ -8,15 +8,20 @@ import os
 import numpy as np
 import pytest
 import torch
-from scipy.linalg import toeplitz
 
 import tisa_hf
+from tests.fixtures import requires_extra
 from tisa_hf import fitting
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import kernel_values, toeplitz_from_offsets
 
+pytestmark = pytest.mark.core
 
+
+@requires_extra("analysis")
 def test_toeplitz_matrix_has_r2_one_and_its_profile():
+    from scipy.linalg import toeplitz
+
     column, row = np.random.randn(6), np.random.randn(6)
     row[0] = column[0]
     matrix = torch.tensor(toeplitz(column, row))
@@ -47,7 +52,10 @@ def test_non_square_input_is_rejected():
         tisa_hf.toeplitz_fit(torch.zeros(3, 4))
 
 
+@requires_extra("analysis")
 def test_toeplitz_from_offsets_matches_scipy():
+    from scipy.linalg import toeplitz
+
     values = torch.randn(2, 9)
     built = toeplitz_from_offsets(values, 5)
     for head in range(2):

@@ -24,7 +24,7 @@ import huggingface_hub.utils
 
 from ..common.log_filters import OwnRecordsOrWarnings
 from ..errors import UsageError, clear_kept, kept_so_far
-from .registry import COMMANDS, Command, load
+from .registry import COMMANDS, Command, installed, load
 
 DEBUG_OPTION = "--debug"  # before the command: `tisa-hf --debug glue ...`
 DEBUG_VARIABLE = "TISA_HF_DEBUG"
@@ -89,6 +89,26 @@ def interrupted(command: Command) -> str:
     return f"interrupted; {'kept ' + '; '.join(kept) if kept else 'nothing finished yet'}; {command.resumes}."
 
 
+def check_extra(command: Command) -> None:
+    """The extra the command needs is installed, or one line says how to install it; `find_spec` tells without
+    importing anything."""
+    if command.extra is not None and not installed(command.extra):
+        raise UsageError(f'needs the {command.extra} extra: pip install "tisa-hf[{command.extra}]"')
+
+
+def check_command_line(name: str, command: Command, args: list[str]) -> Any:
+    """Before the command imports its libraries: its options (whose help answers on any install), then its extra;
+    where both fail the missing extra is the line shown, since no options run without it. Returns the parsed
+    options, for the command's own checks."""
+    try:
+        options = check_options(name, command, args)
+    except UsageError:
+        check_extra(command)
+        raise
+    check_extra(command)
+    return options
+
+
 def unknown_command(name: str) -> str:
     """The line for a command tisa-hf does not have, with the closest one when the name looks misspelt."""
     close = difflib.get_close_matches(name, COMMANDS, n=1)
@@ -131,6 +151,23 @@ def entry(name: str) -> Callable[[list[str] | None], int]:
     return run_command
 
 
+def moved_entry(old_module: str, name: str) -> Callable[[list[str] | None], int]:
+    """`entry(name)` under a module name the previous release documented (`accelerate launch -m tisa_hf.glue`):
+    one line on stderr names the module that replaced it, then the command runs as it does there."""
+    run_command = entry(name)
+
+    def forwarded(argv: list[str] | None = None) -> int:
+        new_module = COMMANDS[name].launcher
+        print(
+            f"{old_module} is deprecated and goes in tisa-hf 0.3: use {new_module} "
+            f"(accelerate launch -m {new_module}, or tisa-hf {name})",
+            file=sys.stderr,
+        )
+        return run_command(argv)
+
+    return forwarded
+
+
 def debugging(argv: list[str]) -> tuple[bool, list[str]]:
     """Whether a usage error shows its traceback (`--debug` before the command, or `TISA_HF_DEBUG=1`), and the
     arguments without `--debug`."""
@@ -155,7 +192,7 @@ def main(argv: list[str] | None = None, before_running: Callable[[], None] = lam
     entry = COMMANDS[command]
     clear_kept()
     try:
-        options = check_options(command, entry, rest)
+        options = check_command_line(command, entry, rest)
         if entry.checks is not None:
             load(entry.checks)(options)
         before_running()
