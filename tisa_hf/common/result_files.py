@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 PROGRESS_FILE = "lm_eval_progress.json"
 SCORES_FOLDER = "scores"
+WORK_OWNER_FILE = "work.json"  # the --out a --work folder serves
 # A cell's per-block sums per measure (None: not measurable there).
 CellSums = dict[str, list[float] | None]
 
@@ -174,7 +175,38 @@ def resumable_record(
 def write_record(record: dict[str, Any], results: Path) -> None:
     """The record, replaced whole (a kill mid-write leaves the previous one)."""
     results.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(results, json.dumps(record, indent=2))
+    write_text_atomically(results, record_text(record))
+
+
+def record_text(value: Any, indent: str = "") -> str:
+    """`value` as JSON indented by two spaces a level, as `json.dumps(value, indent=2)` but with each list of plain
+    values (a system's per-query measures, say) on one line: a third of the size for records of many queries, and a
+    line a list in their diffs."""
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(key)}: {record_text(item, inner)}" for key, item in value.items()]
+    elif isinstance(value, list) and any(isinstance(item, dict | list) for item in value):
+        items = [f"{inner}{record_text(item, inner)}" for item in value]
+    else:
+        return json.dumps(value)
+    opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
+    return f"{opening}\n" + ",\n".join(items) + f"\n{indent}{closing}"
+
+
+def claim_work_folder(work: Path, out: Path) -> None:
+    """--work keeps what a rerun into --out rebuilds (document embeddings, scores), found by system and cell name
+    alone: one work folder serves one --out, which it records (`WORK_OWNER_FILE`), so that a hybrid never fuses
+    scores kept for a run of other settings. Creates `work`; a UsageError where it serves another --out."""
+    if work.resolve() == out.resolve():
+        return
+    check_writable(work)
+    owner, path = str(out.resolve()), work / WORK_OWNER_FILE
+    kept_for = json.loads(path.read_text(encoding="utf-8"))["out"] if path.is_file() else owner
+    if kept_for != owner:
+        raise UsageError(
+            f"--work {work} keeps the embeddings and scores of --out {kept_for}; give each --out a --work of its own."
+        )
+    write_text_atomically(path, json.dumps({"out": owner}))
 
 
 def file_name(system: str) -> str:
