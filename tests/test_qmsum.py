@@ -198,12 +198,15 @@ def test_work_keeps_what_a_rerun_rebuilds_apart_from_the_records(workspace, tmp_
     answers = read_meetings(workspace / "qmsum").answers
     assert fused["results"][hybrid]["ranks"] == answer_ranks(reciprocal_rank_fusion(lexical, dense), answers)
 
+    loaded.clear()
     with pytest.raises(UsageError) as refused:
-        qmsum.run(arguments(workspace, tmp_path / "other", "bm25", *work))
+        qmsum.run(arguments(workspace, tmp_path / "other", tiny, *work, "--overwrite"))
     assert str(refused.value) == (
         f"--work {tmp_path / 'work'} keeps the embeddings and scores of --out {(tmp_path / 'out').resolve()}; give "
         "each --out a --work of its own."
     )
+    assert loaded == [] and not (tmp_path / "other").exists()  # refused before any model loads or file goes
+    assert sorted(path.name for path in (tmp_path / "work").iterdir()) == ["embeddings", "scores", "work.json"]
 
 
 def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):

@@ -71,8 +71,8 @@ def add_work_argument(parser: argparse.ArgumentParser, holds: str) -> None:
     parser.add_argument(
         "--work",
         metavar="DIR",
-        help=f"Folder for {holds}: what lets an interrupted run resume and a later call fuse a hybrid, and a rerun "
-        "rebuilds (default: --out; give one under runs/ to keep a folder of committed results light).",
+        help=f"Folder for {holds}, which an interrupted run resumes from and a later call's hybrids fuse, and which a "
+        "rerun rebuilds (default: --out; one under runs/ keeps a folder of committed results light).",
     )
 
 

@@ -193,20 +193,27 @@ def record_text(value: Any, indent: str = "") -> str:
     return f"{opening}\n" + ",\n".join(items) + f"\n{indent}{closing}"
 
 
-def claim_work_folder(work: Path, out: Path) -> None:
+def check_work_folder(work: Path, out: Path) -> None:
     """--work keeps what a rerun into --out rebuilds (document embeddings, scores), found by system and cell name
     alone: one work folder serves one --out, which it records (`WORK_OWNER_FILE`), so that a hybrid never fuses
-    scores kept for a run of other settings. Creates `work`; a UsageError where it serves another --out."""
-    if work.resolve() == out.resolve():
+    scores kept for a run of other settings. A UsageError where `work` serves another --out; reads only, so that it
+    runs before anything is loaded or removed."""
+    path = work / WORK_OWNER_FILE
+    if work.resolve() == out.resolve() or not path.is_file():
         return
-    check_writable(work)
-    owner, path = str(out.resolve()), work / WORK_OWNER_FILE
-    kept_for = json.loads(path.read_text(encoding="utf-8"))["out"] if path.is_file() else owner
-    if kept_for != owner:
+    kept_for = json.loads(path.read_text(encoding="utf-8"))["out"]
+    if kept_for != str(out.resolve()):
         raise UsageError(
             f"--work {work} keeps the embeddings and scores of --out {kept_for}; give each --out a --work of its own."
         )
-    write_text_atomically(path, json.dumps({"out": owner}))
+
+
+def claim_work_folder(work: Path, out: Path) -> None:
+    """Creates `work` for `out` (`check_work_folder` first), recording the --out it serves."""
+    check_work_folder(work, out)
+    if work.resolve() != out.resolve():
+        check_writable(work)
+        write_text_atomically(work / WORK_OWNER_FILE, json.dumps({"out": str(out.resolve())}))
 
 
 def file_name(system: str) -> str:

@@ -43,6 +43,7 @@ from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import (
     SCORES_FOLDER,
     check_out_folder,
+    check_work_folder,
     claim_work_folder,
     file_name,
     resumable_record,
@@ -167,6 +168,7 @@ class CorpusRetrieval:
             check_out_folder(args.work, "--work")
         self.kind, self.corpus, self.args, self.out = kind, corpus, args, Path(args.out)
         self.work = Path(args.work or args.out)  # the kept embeddings and scores
+        check_work_folder(self.work, self.out)
         self.systems = [parse_system(spec) for spec in args.systems]
         check_hybrid_parts(self.systems)
         settings = {

@@ -37,6 +37,7 @@ from ...common.machine import checked_device, machine, versions
 from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import (
     check_out_folder,
+    check_work_folder,
     claim_work_folder,
     file_name,
     resumable_record,
@@ -92,6 +93,7 @@ def check_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     check_out_folder(args.out)
     if args.work:
         check_out_folder(args.work, "--work")
+        check_work_folder(Path(args.work), Path(args.out))
     return resumable_record(Path(args.out) / RESULTS_FILE, requested_settings(args), args.overwrite)
 
 
