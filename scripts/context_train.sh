@@ -35,6 +35,8 @@ TEXT=${TEXT:-../shared/text/wikitext-2}
 STS_DATA=${STS_DATA:-../shared/glue/STS-B/dev.tsv}
 RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
 MEASURED=${MEASURED:-docs/results/longdoc/context-minilm}  # the dev, STS-B and choice records (committed)
+WORK=${WORK:-runs/longdoc/context-minilm}  # the dev task's window embeddings and scores (what a rerun rebuilds)
+PASSAGES_WORK=${PASSAGES_WORK:-runs/longdoc/qmsum-passages-minilm}  # QMSum's, as in qmsum_passages.sh
 TOKEN_STATES=${TOKEN_STATES:-runs/qmsum-token-states}  # the meetings' whole reads, shared with qmsum_passages.sh
 STEPS=${STEPS:-300}
 read -ra windows <<<"${WINDOWS:-128 256 512}"
@@ -46,6 +48,7 @@ train_limits=() dev_limits=() meetings=
 if [[ -n ${SMOKE:-} ]]; then  # every stage on a sliver: 2 training articles, 3 steps, 4 test articles, 2 meetings
     STEPS=3 train_limits=(--articles 2 --checkpoint-steps 2) dev_limits=(--articles 4) meetings=2
     RECORDS=$RUNS/qmsum-passages MEASURED=$RUNS/measured TOKEN_STATES=$RUNS/qmsum-token-states windows=(256)
+    WORK=$RUNS/work/measured PASSAGES_WORK=$RUNS/work/qmsum-passages
     mkdir -p "$RUNS" && head -n 41 "$STS_DATA" >"$RUNS/sts-smoke.tsv" && STS_DATA=$RUNS/sts-smoke.tsv
 fi
 
@@ -87,7 +90,7 @@ stage_dev() {
     for window in "${dev_windows[@]}"; do
         tisa-hf context-passages "${systems[@]}" --paired "${references[@]}" \
             --data "$TEXT/test.txt" --window-tokens "$window" --out "$MEASURED/dev/w$window" "${dev_limits[@]}" \
-            --token-states "$RUNS/token-states"
+            --work "$WORK/dev/w$window" --token-states "$RUNS/token-states"
     done
 }
 
@@ -125,12 +128,12 @@ PY
 stage_qmsum() {  # the chosen variant as one more whole read of scripts/qmsum_passages.sh's context stage
     local chosen
     chosen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['chosen'])" "$MEASURED/chosen.json")
-    READS=$chosen WINDOWS="${windows[*]}" RECORDS=$RECORDS TOKEN_STATES=$TOKEN_STATES MEETINGS=$meetings \
-        bash scripts/qmsum_passages.sh context
+    READS=$chosen WINDOWS="${windows[*]}" RECORDS=$RECORDS WORK=$PASSAGES_WORK TOKEN_STATES=$TOKEN_STATES \
+        MEETINGS=$meetings bash scripts/qmsum_passages.sh context
     for window in "${windows[@]}"; do  # and every system paired to BASE too: what the training changed on QMSum
         tisa-hf qmsum-passages "$BASE" "late:$BASE" "$chosen" "late:$chosen" --paired "$BASE" "late:$BASE" \
-            --window-tokens "$window" --out "$RECORDS/w$window" ${meetings:+--meetings "$meetings"} \
-            --token-states "$TOKEN_STATES"
+            --window-tokens "$window" --out "$RECORDS/w$window" --work "$PASSAGES_WORK/w$window" \
+            ${meetings:+--meetings "$meetings"} --token-states "$TOKEN_STATES"
     done
 }
 

@@ -39,19 +39,22 @@
 #             s5-all-lscale (those that exist), the max: read-out of chunking, of the S=5 model (chosen on
 #             spans) and of s5-long, the late: read-out of chunking and of the S=5 model, and BM25 fused with
 #             each dense system; paired to BM25, to each baseline, to max:chunk:minilm, late:chunk:minilm and
-#             s5-all, into docs/results/longdoc/qmsum-minilm: the records themselves,
-#             with every system's document embeddings (kept after each meeting) and scores, about 3 MB a system,
-#             so that a run of many hours that a session commits as it goes resumes on any machine;
+#             s5-all, into docs/results/longdoc/qmsum-minilm: the records (committed as systems finish), with
+#             every system's document embeddings (kept after each meeting) and scores, about 3 MB a system, in
+#             WORK/qmsum-minilm, where an interrupted system resumes at its next meeting;
 #   spans     the development task of long reading (`tisa-hf spans`: 183 passages of WikiText-2 test articles find
 #             their article among 61), the same systems as qmsum and the long-range variants that exist
 #             (s5-far, s5-long, s5-all-lscale), each also with the max: read-out (one vector a window; chunking and
 #             interpolation too), chunking and s5-all also with the late: read-out (one vector a token, ColBERT's
-#             MaxSim), into docs/results/longdoc/spans-minilm; variants are chosen here and on passkey/needle,
-#             never on QMSum.
+#             MaxSim), into docs/results/longdoc/spans-minilm (embeddings and scores in WORK/spans-minilm);
+#             variants are chosen here and on passkey/needle, never on QMSum.
 # Every step resumes: finished cells and runs are skipped, interrupted ones continue.
 # Every embedding record goes to docs/results/longdoc (sts-minilm; longembed-minilm, -8192 and -32k: passkey and
 # needle; qmsum-minilm; spans-minilm), so that a rerun on any machine resumes it; STS_RECORDS, LONGEMBED_RECORDS (the
-# folder of the three passkey and needle records), QMSUM_RECORDS and SPANS_RECORDS move them.
+# folder of the three passkey and needle records), QMSUM_RECORDS and SPANS_RECORDS move them. What a rerun rebuilds
+# (document embeddings, scores: `--work`) goes to WORK (default runs/longdoc), a folder a record folder's name; a
+# record's finished systems need none of it, and a hybrid added later to a record whose parts' scores are not there
+# measures those parts again.
 #
 #   bash scripts/longdoc_minilm.sh                  # every stage of the page (GPU ones too), into runs/
 #   bash scripts/longdoc_minilm.sh adapt embed      # some stages, in the order given
@@ -67,6 +70,7 @@ QMSUM_RECORDS=${QMSUM_RECORDS:-docs/results/longdoc/qmsum-minilm}
 SPANS_RECORDS=${SPANS_RECORDS:-docs/results/longdoc/spans-minilm}
 STS_RECORDS=${STS_RECORDS:-docs/results/longdoc/sts-minilm}
 LONGEMBED_RECORDS=${LONGEMBED_RECORDS:-docs/results/longdoc}
+WORK=${WORK:-runs/longdoc}
 export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s5-all read another way), one a line;
@@ -106,26 +110,27 @@ stage_adapt() {
     bash scripts/adapt_minilm.sh s5-all s0-all s5-embed s5-span
 }
 
-fusable() {  # fusable OUT SYSTEM: whether the record in OUT keeps SYSTEM's scores, or holds none of its cells
+fusable() {  # fusable OUT WORK SYSTEM: whether WORK keeps SYSTEM's scores, or the record in OUT holds none of its
+    # cells
     python -c 'import json, sys
 from pathlib import Path
 from tisa_hf.common.result_files import scores_path
-out, system = Path(sys.argv[1]), sys.argv[2]
+out, work, system = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 record = out / "longembed.json"
 measured = record.is_file() and system in json.loads(record.read_text())["results"]
-sys.exit(0 if not measured or scores_path(out, system, "").parent.is_dir() else 1)' "$1" "$2"
+sys.exit(0 if not measured or scores_path(work, system, "").parent.is_dir() else 1)' "$1" "$2" "$3"
 }
 
-retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NAME, the baselines and the models in
-    # `adapted`, on the same documents, then BM25, and BM25 fused with the adapted S=5 model where the record keeps
-    # that model's scores or has none of its cells yet (an older record's cells would be measured again), then the
-    # late: read-out (chosen on the development task) of chunking and of the adapted S=5 model; paired to each
+retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NAME (its scores in $WORK/NAME), the
+    # baselines and the models in `adapted`, on the same documents, then BM25, and BM25 fused with the adapted S=5
+    # model where its scores are kept or the record has none of its cells yet (its cells would be measured again),
+    # then the late: read-out (chosen on the development task) of chunking and of the adapted S=5 model; paired to each
     # baseline, to chunking's late: read-out, to the bag-of-words control (does order help, not just length?) and
     # to the distilled S=5 model (the recipe every variant is weighed against), those adapted
-    local out=$LONGEMBED_RECORDS/$1
+    local out=$LONGEMBED_RECORDS/$1 work=$WORK/$1
     shift
     local systems=("${BASELINES[@]}" "${adapted[@]}" tisa:replace:5:minilm bm25)  # run in this order
-    if adapted_has s5-all && fusable "$out" "$ADAPTED/s5-all"; then
+    if adapted_has s5-all && fusable "$out" "$work" "$ADAPTED/s5-all"; then
         systems+=("hybrid:bm25+$ADAPTED/s5-all")
     fi
     systems+=(late:chunk:minilm)
@@ -133,7 +138,7 @@ retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NA
     local references=("${BASELINES[@]}" late:chunk:minilm)
     adapted_has s0-all && references+=("$ADAPTED/s0-all")
     adapted_has s5-all && references+=("$ADAPTED/s5-all")
-    tisa-hf longembed "$@" --out "$out" "${systems[@]}" --paired "${references[@]}"
+    tisa-hf longembed "$@" --out "$out" --work "$work" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
@@ -243,7 +248,8 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." "LATE..." VARIANT.
     for system in "${windows[@]}"; do dense+=("max:$system"); done
     for system in "${tokens[@]}"; do dense+=("late:$system"); done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
-    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --paired "${references[@]}"
+    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --work "$WORK/$(basename "$out")" \
+        --paired "${references[@]}"
 }
 
 # QMSum reads the systems the development task and passkey/needle chose: the max: and late: read-outs of chunking

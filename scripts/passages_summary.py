@@ -8,7 +8,7 @@ with its 95% bootstrap interval, as markdown. Reads only the committed records (
 
 `--similarity` adds how alike a one-vector system's windows are: the mean cosine of two windows of one meeting, of
 neighbouring windows, and of two windows drawn at random from the corpus, from the window embeddings that the
-machine which ran the cells keeps (`wW/embeddings/`, not committed).
+machine which ran the cells keeps (`--work`, as `scripts/qmsum_passages.sh` keeps them: `wW/embeddings/`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tisa_hf.common.result_files import file_name
 from tisa_hf.embeddings.retrieval.kept_embeddings import EMBEDDINGS_FOLDER
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-passages-minilm"
+WORK = Path(__file__).resolve().parents[1] / "runs/longdoc/qmsum-passages-minilm"
 MEASURES = ("ndcg_at_10", "recall_at_10", "recall_at_50")
 CELLS = ("across", "within")
 
@@ -115,6 +116,7 @@ def similarity_table(folder: Path, records: dict[int, dict]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=Path, default=RECORDS, help="The folder of the wW record folders.")
+    parser.add_argument("--work", type=Path, default=WORK, help="The folder of the wW --work folders (--similarity).")
     parser.add_argument("--windows", type=int, nargs="+", default=[128, 256, 512])
     parser.add_argument("--references", nargs="+", default=["bm25"], help="Systems to pair against.")
     parser.add_argument("--similarity", action="store_true", help="Add how alike each system's windows are.")
@@ -129,7 +131,7 @@ def main() -> None:
     if args.context:
         blocks.append(context_table(records, args.context))
     if args.similarity:
-        blocks.append(similarity_table(args.records, records))
+        blocks.append(similarity_table(args.work, records))
     print("\n\n".join("\n".join(block) for block in blocks))
 
 

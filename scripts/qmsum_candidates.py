@@ -1,5 +1,5 @@
 """BM25 candidates re-ranked by late interaction, and convex fusion of BM25 and late interaction, on QMSum, from
-the committed scores of `tisa-hf qmsum`: no model runs.
+the scores of `tisa-hf qmsum`: no model runs.
 
 Re-ranking: for each query, BM25's N best meetings (BM25's order, the earlier meeting first among ties) are ranked by
 a `late:` system's MaxSim scores and placed above every other meeting, which keep BM25's order: what `tisa-hf search
@@ -11,6 +11,11 @@ bootstrap interval over the queries), and the candidates' recall of the query's 
 
     tisa-hf spans bm25 late:chunk:minilm --span-words 8 --out dev-spans/
     python scripts/qmsum_candidates.py --dev dev-spans/ --systems late:chunk:minilm
+
+The QMSum scores are read from `SCORES`, the committed matrices of BM25 and the default systems (compressed: the
+numbers of docs/results-longdoc.md are computed from them), or from the --work folder of a `tisa-hf qmsum` run that
+measured them (`--scores runs/longdoc/qmsum-minilm` after `bash scripts/longdoc_minilm.sh qmsum`), whose matrices
+`--save` writes as such a file.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tisa_hf.common.paired import paired_per_query
-from tisa_hf.common.result_files import scores_path
+from tisa_hf.common.result_files import file_name, scores_path
 from tisa_hf.embeddings.retrieval.corpus_task import CELL
 from tisa_hf.embeddings.retrieval.qmsum_data import read_meetings
 from tisa_hf.embeddings.retrieval.ranking import (
@@ -33,8 +38,21 @@ from tisa_hf.embeddings.retrieval.ranking import (
 )
 from tisa_hf.embeddings.retrieval.span_data import read_span_task
 
-RECORDS = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-minilm"
+SCORES = Path(__file__).resolve().parents[1] / "docs/results/longdoc/qmsum-minilm/qmsum-scores.npz"
 SYSTEMS = ("late:runs/adapt-minilm/s5-all", "late:chunk:minilm")
+
+
+def score_matrices(source: Path, systems: list[str]) -> dict[str, np.ndarray]:
+    """BM25's and each system's QMSum scores (queries x meetings), from a .npz of them by `file_name` or from the
+    scores/ of a `tisa-hf qmsum` --work (or --out) folder."""
+    names = ["bm25", *systems]
+    if source.suffix != ".npz":
+        return {name: np.load(scores_path(source, name, CELL)) for name in names}
+    with np.load(source) as kept:
+        missing = [name for name in names if file_name(name) not in kept]
+        if missing:
+            raise SystemExit(f"{source} keeps no scores of {', '.join(missing)}; pass --scores with a qmsum run's.")
+        return {name: kept[file_name(name)] for name in names}
 
 
 def ndcg(scores: np.ndarray, answers: list[int]) -> list[float]:
@@ -53,19 +71,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/longdoc/qmsum")
     parser.add_argument("--candidates", type=int, nargs="+", default=[3, 5, 10, 20, 50])
+    parser.add_argument("--scores", type=Path, default=SCORES, help="A .npz of the scores, or a qmsum --work folder.")
+    parser.add_argument("--save", type=Path, help="Write the scores read (BM25's and the systems') as a .npz here.")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS))
     parser.add_argument("--dev", help="A tisa-hf spans run of bm25 and the systems: convex fusion's weight.")
     parser.add_argument("--dev-data", default="../shared/text/wikitext-2/test.txt")
     parser.add_argument("--dev-span-words", type=int, default=8, help="The --span-words of the --dev run.")
     args = parser.parse_args()
     answers = read_meetings(args.data).answers
-    bm25 = np.load(scores_path(RECORDS, "bm25", CELL))
+    matrices = score_matrices(args.scores, args.systems)
+    if args.save:
+        np.savez_compressed(args.save, **{file_name(name): scores for name, scores in matrices.items()})
+    bm25 = matrices["bm25"]
     reference = ndcg(bm25, answers)
     order = np.argsort(-bm25, axis=1, kind="stable")
     rows = np.arange(len(bm25))[:, None]
     print(f"bm25: nDCG@10 {np.mean(reference):.1f}")
     for system in args.systems:
-        late = np.load(scores_path(RECORDS, system, CELL))
+        late = matrices[system]
         print(line(f"{system}, exact", ndcg(late, answers), reference))
         for count in args.candidates:
             candidates = order[:, :count]

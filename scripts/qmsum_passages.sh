@@ -16,9 +16,9 @@
 #             weights with and without the meeting around a window (about an hour a model and W on 2 CPU cores).
 # A stage's call repeats the systems it pairs to, which a finished record skips (a rerun of a finished stage
 # computes nothing), and a record keeps every reference it was paired to. MEETINGS=N reads the first N meetings only
-# (a smoke run). The window embeddings and scores (about 220 MB a system and setting at W = 128) stay out of
-# git (the records folder's .gitignore): an interrupted model system resumes at its next meeting on the machine
-# that ran it; elsewhere it is measured again.
+# (a smoke run). The window embeddings and scores (about 220 MB a system and setting at W = 128) go to WORK/wW
+# (`--work`; WORK defaults to runs/longdoc/qmsum-passages-minilm): an interrupted model system resumes at its next
+# meeting on the machine that ran it; elsewhere it is measured again.
 #
 #   bash scripts/qmsum_passages.sh                      # every stage
 #   WINDOWS="128" bash scripts/qmsum_passages.sh bm25 chunk
@@ -28,14 +28,15 @@ cd "$(dirname "$0")/.."
 
 ADAPTED=${ADAPTED:-runs/adapt-minilm}
 RECORDS=${RECORDS:-docs/results/longdoc/qmsum-passages-minilm}
+WORK=${WORK:-runs/longdoc/qmsum-passages-minilm}
 TOKEN_STATES=${TOKEN_STATES:-runs/qmsum-token-states}
 read -ra windows <<<"${WINDOWS:-128 256 512}"
 export HF_HUB_OFFLINE=1
 
-passages() {  # passages SYSTEM... [--paired REF...]: every W of WINDOWS, into $RECORDS/wW
+passages() {  # passages SYSTEM... [--paired REF...]: every W of WINDOWS, into $RECORDS/wW (kept rows in $WORK/wW)
     local window
     for window in "${windows[@]}"; do
-        tisa-hf qmsum-passages "$@" --window-tokens "$window" --out "$RECORDS/w$window" \
+        tisa-hf qmsum-passages "$@" --window-tokens "$window" --out "$RECORDS/w$window" --work "$WORK/w$window" \
             ${MEETINGS:+--meetings "$MEETINGS"}
     done
 }

@@ -14,6 +14,7 @@ from tisa_hf.commands.registry import COMMANDS
 PACKAGE = Path(__file__).resolve().parents[1] / "tisa_hf"
 MAX_FOLDER_MODULES = 15
 MOVED_LAUNCHERS = ("tisa_hf.classify", "tisa_hf.glue", "tisa_hf.squad")
+MAX_ATTENTION_MODULE_LINES = 400
 
 # Lowest first; a module belongs to the layer of the longest prefix listed (`tisa_hf` itself: the package only).
 # A module may import its own layer and those below it, never one above.
@@ -218,6 +219,17 @@ def test_no_folder_holds_more_than_fifteen_modules():
         if path.name != "__init__.py" and layer_of(module) > 0
     )
     assert {folder: count for folder, count in folders.items() if count > MAX_FOLDER_MODULES} == {}
+    assert folders["tisa_hf.common"] and folders["tisa_hf.embeddings.retrieval"]  # the two fullest, counted
+
+
+def test_no_attention_module_passes_400_lines():
+    """Every module of `attention/`, where TISA's bias meets the logits, stays one job short enough to read whole: a
+    route that grows is split by job (the banded route: `banded.py`, `banded_padded.py`, `fused.py`)."""
+    lines = {
+        path.name: len(path.read_text(encoding="utf-8").splitlines()) for path in (PACKAGE / "attention").glob("*.py")
+    }
+    assert "banded.py" in lines
+    assert {name: count for name, count in lines.items() if count > MAX_ATTENTION_MODULE_LINES} == {}
 
 
 def test_only_the_launcher_modules_run_as_main():

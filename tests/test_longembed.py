@@ -371,3 +371,28 @@ def test_a_missing_text_names_the_option_to_pass(workspace, tmp_path, loaded):
         "(WikiText-2's test.txt)."
     )
     assert loaded == []
+
+
+def test_work_keeps_the_scores_a_later_hybrid_fuses_and_out_keeps_the_records(workspace, tmp_path, loaded):
+    """--work: every cell's scores are kept there, --out holds the record, tables and plot, and a hybrid added by a
+    later call fuses the kept scores without loading the model again, as a run without --work does."""
+    tiny = str(workspace / "tiny")
+    trunc, hybrid = f"trunc:{tiny}", f"hybrid:bm25+trunc:{tiny}"
+    work = ["--work", str(tmp_path / "work"), "--lengths", "120"]
+    longembed.run(arguments(workspace, tmp_path / "out", "bm25", trunc, *work))
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        "longembed.json",
+        "longembed.md",
+        "longembed.png",
+    ]
+    assert sorted(path.name for path in (tmp_path / "work").iterdir()) == ["scores", "work.json"]
+    loaded.clear()
+    fused = longembed.run(arguments(workspace, tmp_path / "out", "bm25", trunc, hybrid, *work))
+    assert loaded == []
+    alone = longembed.run(arguments(workspace, tmp_path / "alone", "bm25", trunc, hybrid, "--lengths", "120"))
+    for task in ("passkey", "needle"):
+        assert fused["results"][hybrid][task]["120"]["correct"] == alone["results"][hybrid][task]["120"]["correct"]
+        kept, direct = (
+            np.load(scores_path(folder, hybrid, f"{task}-120")) for folder in (tmp_path / "work", tmp_path / "alone")
+        )
+        assert np.array_equal(kept, direct)

@@ -162,6 +162,54 @@ def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path,
     assert resumed["results"][tiny]["throughput"]["documents"] == 4
 
 
+def test_work_keeps_what_a_rerun_rebuilds_apart_from_the_records(workspace, tmp_path, loaded, monkeypatch):
+    """--work: the embeddings an interrupted system resumes from and the scores a later hybrid fuses live there, --out
+    holds the record, tables and plot only, and the numbers are those of a run without it; a work folder serves one
+    --out."""
+    tiny = f"chunk:{workspace / 'tiny'}"
+    whole = qmsum.run(arguments(workspace, tmp_path / "whole", tiny))
+    read = Embedder.read
+    calls = []
+
+    def failing(self, sequences, progress=None):
+        calls.append(len(sequences))
+        if len(calls) == 4:  # the queries, then the third document
+            raise KeyboardInterrupt
+        return read(self, sequences, progress)
+
+    work = ["--work", str(tmp_path / "work")]
+    monkeypatch.setattr(Embedder, "read", failing)
+    with pytest.raises(KeyboardInterrupt):
+        qmsum.run(arguments(workspace, tmp_path / "out", tiny, *work))
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["qmsum.json"]
+    assert json.loads((tmp_path / "work" / "work.json").read_text()) == {"out": str((tmp_path / "out").resolve())}
+    monkeypatch.setattr(Embedder, "read", read)
+    resumed = qmsum.run(arguments(workspace, tmp_path / "out", tiny, *work))
+    assert resumed["results"][tiny]["ranks"] == whole["results"][tiny]["ranks"]
+    assert resumed["results"][tiny]["throughput"]["documents"] == 4
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["qmsum.json", "qmsum.md", "qmsum.png"]
+    assert sorted(path.name for path in (tmp_path / "work").iterdir()) == ["embeddings", "scores", "work.json"]
+
+    loaded.clear()
+    hybrid = f"hybrid:bm25+{tiny}"
+    fused = qmsum.run(arguments(workspace, tmp_path / "out", "bm25", tiny, hybrid, *work))
+    assert loaded == []  # the model's scores are fused from --work, not measured again
+    lexical = np.load(scores_path(tmp_path / "work", "bm25", "qmsum"))
+    dense = np.load(scores_path(tmp_path / "whole", tiny, "qmsum"))
+    answers = read_meetings(workspace / "qmsum").answers
+    assert fused["results"][hybrid]["ranks"] == answer_ranks(reciprocal_rank_fusion(lexical, dense), answers)
+
+    loaded.clear()
+    with pytest.raises(UsageError) as refused:
+        qmsum.run(arguments(workspace, tmp_path / "other", tiny, *work, "--overwrite"))
+    assert str(refused.value) == (
+        f"--work {tmp_path / 'work'} keeps the embeddings and scores of --out {(tmp_path / 'out').resolve()}; give "
+        "each --out a --work of its own."
+    )
+    assert loaded == [] and not (tmp_path / "other").exists()  # refused before any model loads or file goes
+    assert sorted(path.name for path in (tmp_path / "work").iterdir()) == ["embeddings", "scores", "work.json"]
+
+
 def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_path, loaded):
     tiny = str(workspace / "tiny")
     empty = tmp_path / "empty"

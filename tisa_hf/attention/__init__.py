@@ -5,10 +5,10 @@
   registration; `sites.py` finds a module's layer and kernels, `length_scale.py` scales long queries,
   `logits.py` merges the bias with the padding mask.
 - `tisa_sdpa`'s routes, one module each, tried in the order of `policy.py`: `stored_bias.py` (transformers' sdpa,
-  plain or with the bias stored in the mask), `banded.py` and `blockwise.py` (long inputs without the (H, n, n)
-  bias), `trainable_bias.py` (the CPU's fused attention kernel with a bias that trains). A route is an object that says
-  whether it applies to a call, runs it and describes itself (`route.py`); a new route is a module and its place
-  in the policy.
+  plain or with the bias stored in the mask), `banded.py` (with `banded_padded.py` for padded batches, on the
+  fused kernels of `fused.py`) and `blockwise.py` (long inputs without the (H, n, n) bias), `trainable_bias.py`
+  (the CPU's fused attention kernel with a bias that trains). A route is an object that says whether it applies to
+  a call, runs it and describes itself (`route.py`); a new route is a module and its place in the policy.
 - `flex.py`: flex attention with the offset values in its score modification, and the calls it refuses.
 - `backends.py`: the SDPA backend PyTorch picks, for `tisa-hf env`.
 """

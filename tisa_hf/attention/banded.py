@@ -3,7 +3,8 @@ layer's f(k) is exactly 0 outside a band of offsets at most a quarter of the len
 Gaussians underflow to 0 a few hundred tokens out; a far-field term never does). Without padding, each row's keys
 left of its band and right of it go to two causal fused calls with no bias (the second on reversed copies) and its
 band to one fused call over overlapping windows that share one mask table, merged by their log-sum-exps; a padded
-batch takes one plain fused call corrected within the band. The (H, n, n) bias is never built."""
+batch takes one plain fused call corrected within the band (`banded_padded.py`). The (H, n, n) bias is never built.
+The fused calls and their merge are `fused.py`'s."""
 
 from __future__ import annotations
 
@@ -14,30 +15,20 @@ import torch
 
 from ..kernels import TisaPositionBias, nonzero_band
 from . import backends
+from .banded_padded import corrected_banded_sdpa
 from .blockwise import ToeplitzBias, blockwise_biased_sdpa
+from .fused import fused_attention, merge_attention
 from .route import FUSED_DTYPES, UNSUPPORTED_FUSED_KWARGS, SdpaCall, SdpaRoute
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
 # `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys are
 # attended in query blocks of `BANDED_BLOCK_ROWS` rows (`BANDED_ACCELERATOR_BLOCK_ROWS` off the CPU), all interior
 # blocks in one fused call, and the rows at either end in calls whose explicit mask holds at most
-# `BANDED_EDGE_MASK_BYTES`. With a padding mask (the correction): query blocks of `BANDED_CORRECTION_ROWS` rows; above
-# `BANDED_DIRECT_BIAS_LIMIT` on max f the correction is computed rescaled (expm1(f) overflows float32 beyond 88); above
-# `BANDED_MAX_CANCELLATION` on 1 / (1 + D) it would cancel that much of the plain attention's mass, and its rounding
-# with it, and the layer is computed blockwise instead.
+# `BANDED_EDGE_MASK_BYTES` (with a padding mask: `banded_padded.py`).
 BANDED_MAX_WIDTH_SHARE = 0.25
 BANDED_BLOCK_ROWS = 32
 BANDED_ACCELERATOR_BLOCK_ROWS = 64
 BANDED_EDGE_MASK_BYTES = 16 * 2**20
-BANDED_CORRECTION_ROWS = 128
-BANDED_DIRECT_BIAS_LIMIT = 40.0
-BANDED_MAX_CANCELLATION = 16.0
-
-_fused_cpu_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_fused_cuda_attention = torch.ops.aten._scaled_dot_product_efficient_attention
-# CUDA's memory-efficient attention kernel reads an additive mask in rows that start on 16 elements; PyTorch's own SDPA
-# front end pads the mask's rows to that before calling it (`pad_bias`), which a direct call has to do itself.
-CUDA_MASK_ALIGNMENT = 16
 
 
 class BandedRoute(SdpaRoute):
@@ -96,46 +87,6 @@ def takes_banded_path(
     if torch.compiler.is_compiling():
         return True  # the band is read when the call runs (`banded_sdpa`)
     return band_fits(kernels.nonzero_band(layer, length, dtype), length)
-
-
-def fused_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q kᵀ · scale + mask) v (B, H, m, d) and its log-sum-exp (B, H, m) in float32, from the fused attention
-    kernel that returns both: PyTorch's flash attention kernel on the CPU, its memory-efficient attention kernel on CUDA
-    (the one CUDA kernel that takes an additive mask in float32). `is_causal` is meant for square calls (the attention
-    kernels align a causal mask of m < n keys differently)."""
-    if query.device.type == "cpu":
-        return _fused_cpu_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)[:2]
-    if attn_mask is not None:
-        shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-        attn_mask = cuda_aligned_mask(attn_mask).expand(shape)
-    output, logsumexp = _fused_cuda_attention(query, key, value, attn_mask, True, 0.0, is_causal, scale=scale)[:2]
-    return output, logsumexp[..., : query.shape[2]]  # the kernel pads its log-sum-exp rows to a multiple of 32
-
-
-def cuda_aligned_mask(mask: torch.Tensor) -> torch.Tensor:
-    """`mask` itself where CUDA's memory-efficient attention kernel can read it in place (rows of contiguous values
-    starting on `CUDA_MASK_ALIGNMENT` elements), else a copy whose rows are padded to that and sliced back (the size of
-    `mask` itself: broadcast dimensions are expanded by the caller, without a copy)."""
-    alignment = CUDA_MASK_ALIGNMENT
-    row_strides = [stride for size, stride in zip(mask.shape[:-1], mask.stride()[:-1], strict=True) if size > 1]
-    aligned = (
-        mask.stride(-1) == 1
-        and all(stride % alignment == 0 for stride in row_strides)
-        and mask.data_ptr() % (alignment * mask.element_size()) == 0
-    )
-    if aligned:
-        return mask
-    columns = mask.shape[-1]
-    padded = mask.new_empty(*mask.shape[:-1], -(-columns // alignment) * alignment)
-    padded[..., :columns] = mask
-    return padded[..., :columns]
 
 
 def banded_biased_sdpa(
@@ -237,22 +188,6 @@ def split_banded_sdpa(
     return output
 
 
-def merge_attention(
-    output: torch.Tensor,
-    logsumexp: torch.Tensor,
-    part: torch.Tensor,
-    part_logsumexp: torch.Tensor,
-    keep_logsumexp: bool,
-) -> None:
-    """Adds attention over further keys (`part`, `part_logsumexp`) to `output` and `logsumexp` in place: the
-    weighted mean of the two outputs by their shares of the total exp-sum (with the total log-sum-exp written back
-    where `keep_logsumexp`)."""
-    share = (part_logsumexp - logsumexp).sigmoid_()
-    output.lerp_(part, share.unsqueeze(-1))
-    if keep_logsumexp:
-        torch.logaddexp(logsumexp, part_logsumexp, out=logsumexp)
-
-
 def band_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -335,94 +270,3 @@ def blocked(tensor: torch.Tensor, start: int, step: int, size: int, blocks: int)
         (step * row_stride, head_stride, row_stride, column_stride),
         tensor.storage_offset() + start * row_stride,
     )
-
-
-def fused_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The padding mask as `fused_attention` takes it: additive, in the query's dtype (a boolean mask
-    becomes 0 / -inf, as `scaled_dot_product_attention` converts it)."""
-    if mask is None or mask.dtype == dtype:
-        return mask
-    if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask.logical_not(), -math.inf)
-    return mask.to(dtype)
-
-
-def toeplitz_window(values: torch.Tensor, first: int, rows: int, columns: int) -> torch.Tensor:
-    """(heads, rows, columns) with f(first + c - r) at (r, c): the bias of `rows` query rows i0 .. i0 + rows - 1
-    against the keys i0 + first .. i0 + first + columns - 1, the same for every i0 (offsets beyond ±(n-1) read 0)."""
-    centre = (values.shape[-1] - 1) // 2
-    padded = torch.nn.functional.pad(values, (rows, rows + columns))
-    index = torch.arange(columns, device=values.device) - torch.arange(rows, device=values.device)[:, None]
-    return padded[:, index + (first + centre + rows)]
-
-
-def corrected_banded_sdpa(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor,
-    values: torch.Tensor,
-    band: tuple[int, int] | None,
-    scale: float,
-) -> torch.Tensor | None:
-    """`banded_biased_sdpa` with a padding mask (boolean, or additive float): one fused call over all keys
-    without the bias, corrected within the band; None where the correction would lose precision.
-
-    With the plain call's output o_i and log-sum-exp l_i, and t_ij = s_ij - l_i (s the masked logits, so t <= 0),
-    the biased output is (o_i + C_i) / (1 + D_i), where C_i = sum_j exp(t_ij) expm1(F_ij) v_j and D_i = sum_j
-    exp(t_ij) expm1(F_ij) run over the band only (expm1(0) = 0 elsewhere, exactly): query blocks of
-    `BANDED_CORRECTION_ROWS` rows against the keys their band reaches. Masked keys add exp(-inf) = 0. Where max F
-    exceeds `BANDED_DIRECT_BIAS_LIMIT`, numerator and denominator are both scaled by exp(-M_i), M_i = max(0, max_j
-    t_ij + F⁺_ij), and each term is computed as exp(t + F⁺ - M) · (expm1(F) / exp(F⁺)), so nothing overflows however
-    large F is. Where F removes most of a row's plain attention mass, 1 + D_i is small and the subtraction loses the
-    digits it cancels: beyond `BANDED_MAX_CANCELLATION` (1 / (1 + D_i), or its rescaled equivalent) None is
-    returned."""
-    length = query.shape[2]
-    output, logsumexp = fused_attention(query, key, value, attn_mask=fused_mask(mask, query.dtype), scale=scale)
-    if band is None:
-        return output
-    low, high = band
-    rows = min(length, BANDED_CORRECTION_ROWS)
-    table = toeplitz_window(values, low, rows, rows + high - low)
-    rescaled = bool(table.max() > BANDED_DIRECT_BIAS_LIMIT)
-    if rescaled:
-        positive = table.clamp(min=0)
-        factor = torch.where(table >= 0, torch.expm1(-table).neg_(), torch.expm1(table))
-    else:
-        factor = torch.expm1(table)
-    logsumexp = logsumexp.unsqueeze(-1)
-    worst = torch.zeros((), dtype=output.dtype, device=output.device)
-    for start in range(0, length, rows):
-        stop = min(start + rows, length)
-        first, last = max(0, start + low), min(length, stop + high)
-        if first >= last:
-            continue
-        columns = slice(first - start - low, last - start - low)
-        scores = torch.matmul(query[:, :, start:stop], key[:, :, first:last].transpose(-1, -2))
-        scores.mul_(scale).sub_(logsumexp[:, :, start:stop])
-        block_mask = mask[..., start:stop, first:last] if mask.shape[-2] > 1 else mask[..., first:last]
-        if block_mask.dtype == torch.bool:
-            scores.masked_fill_(block_mask.logical_not(), -math.inf)
-        else:
-            scores.add_(block_mask).masked_fill_(block_mask <= torch.finfo(block_mask.dtype).min / 2, -math.inf)
-        if rescaled:
-            scores.add_(positive[:, : stop - start, columns])
-            shift = scores.amax(-1, keepdim=True).clamp_(min=0)
-            scores.sub_(shift)
-        scores.exp_().mul_(factor[:, : stop - start, columns])
-        correction = torch.matmul(scores, value[:, :, first:last])
-        denominator = scores.sum(-1, keepdim=True)
-        block = output[:, :, start:stop]
-        if rescaled:
-            plain_share = shift.neg_().exp_()
-            block.mul_(plain_share)
-            denominator.add_(plain_share)
-            cancellation = plain_share / denominator
-        else:
-            denominator.add_(1)
-            cancellation = denominator.reciprocal()
-        block.add_(correction).div_(denominator)
-        worst = torch.maximum(worst, cancellation.max())
-    if not worst <= BANDED_MAX_CANCELLATION:
-        return None
-    return output

@@ -66,6 +66,16 @@ def add_out_argument(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--out", required=True, help=help)
 
 
+def add_work_argument(parser: argparse.ArgumentParser, holds: str) -> None:
+    """--work, the folder of what a rerun rebuilds (`holds`), kept apart from --out's results where asked."""
+    parser.add_argument(
+        "--work",
+        metavar="DIR",
+        help=f"Folder for {holds}, which an interrupted run resumes from and a later call's hybrids fuse, and which a "
+        "rerun rebuilds (default: --out; one under runs/ keeps a folder of committed results light).",
+    )
+
+
 def add_overwrite_argument(
     parser: argparse.ArgumentParser, help: str = "Start over instead of resuming an existing run."
 ) -> None:

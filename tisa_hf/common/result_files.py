@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 PROGRESS_FILE = "lm_eval_progress.json"
 SCORES_FOLDER = "scores"
+WORK_OWNER_FILE = "work.json"  # the --out a --work folder serves
 # A cell's per-block sums per measure (None: not measurable there).
 CellSums = dict[str, list[float] | None]
 
@@ -176,7 +177,45 @@ def resumable_record(
 def write_record(record: dict[str, Any], results: Path) -> None:
     """The record, replaced whole (a kill mid-write leaves the previous one)."""
     results.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(results, json.dumps(record, indent=2))
+    write_text_atomically(results, record_text(record))
+
+
+def record_text(value: Any, indent: str = "") -> str:
+    """`value` as JSON indented by two spaces a level, as `json.dumps(value, indent=2)` but with each list of plain
+    values (a system's per-query measures, say) on one line: a third of the size for records of many queries, and a
+    line a list in their diffs."""
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(key)}: {record_text(item, inner)}" for key, item in value.items()]
+    elif isinstance(value, list) and any(isinstance(item, dict | list) for item in value):
+        items = [f"{inner}{record_text(item, inner)}" for item in value]
+    else:
+        return json.dumps(value)
+    opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
+    return f"{opening}\n" + ",\n".join(items) + f"\n{indent}{closing}"
+
+
+def check_work_folder(work: Path, out: Path) -> None:
+    """--work keeps what a rerun into --out rebuilds (document embeddings, scores), found by system and cell name
+    alone: one work folder serves one --out, which it records (`WORK_OWNER_FILE`), so that a hybrid never fuses
+    scores kept for a run of other settings. A UsageError where `work` serves another --out; reads only, so that it
+    runs before anything is loaded or removed."""
+    path = work / WORK_OWNER_FILE
+    if work.resolve() == out.resolve() or not path.is_file():
+        return
+    kept_for = json.loads(path.read_text(encoding="utf-8"))["out"]
+    if kept_for != str(out.resolve()):
+        raise UsageError(
+            f"--work {work} keeps the embeddings and scores of --out {kept_for}; give each --out a --work of its own."
+        )
+
+
+def claim_work_folder(work: Path, out: Path) -> None:
+    """Creates `work` for `out` (`check_work_folder` first), recording the --out it serves."""
+    check_work_folder(work, out)
+    if work.resolve() != out.resolve():
+        check_writable(work)
+        write_text_atomically(work / WORK_OWNER_FILE, json.dumps({"out": str(out.resolve())}))
 
 
 def file_name(system: str) -> str:

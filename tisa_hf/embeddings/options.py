@@ -12,6 +12,7 @@ from ..common.options import (
     add_out_argument,
     add_overwrite_argument,
     add_paired_arguments,
+    add_work_argument,
     positive_int,
 )
 from ..common.spellings import (
@@ -106,6 +107,7 @@ def longembed_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("systems", nargs="+", help=systems_help(LONGEMBED))
     add_out_argument(parser, "Folder for longembed.json and longembed.png.")
+    add_work_argument(parser, "every system's scores of each cell and the document embeddings of a cell in progress")
     parser.add_argument("--tasks", nargs="+", choices=TASK_NAMES, default=list(TASK_NAMES))
     parser.add_argument(
         "--lengths",
@@ -148,7 +150,7 @@ def qmsum_parser() -> argparse.ArgumentParser:
         "transcripts of 1.5k-37k tokens, rebuilt offline from QMSum's files.",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(QMSUM))
-    add_out_argument(parser, "Folder for qmsum.json, qmsum.md, qmsum.png and embeddings.")
+    add_out_argument(parser, "Folder for qmsum.json, qmsum.md and qmsum.png.")
     add_qmsum_arguments(parser)
     add_corpus_arguments(parser)
     return parser
@@ -172,7 +174,7 @@ def passages_parser() -> argparse.ArgumentParser:
         "turns; windows read apart (chunk:) against windows pooled from the whole meeting's read (late chunking).",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(QMSUM_PASSAGES))
-    add_out_argument(parser, "Folder for qmsum-passages.json, .md, .png, and the embeddings and scores.")
+    add_out_argument(parser, "Folder for qmsum-passages.json, .md and .png.")
     add_qmsum_arguments(parser)
     add_window_arguments(parser, "meeting")
     add_corpus_arguments(
@@ -207,7 +209,7 @@ def context_passages_parser() -> argparse.ArgumentParser:
         "task of training that rewards context (QMSum is kept for evaluation).",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(CONTEXT_PASSAGES))
-    add_out_argument(parser, "Folder for context-passages.json, .md, .png, and the embeddings and scores.")
+    add_out_argument(parser, "Folder for context-passages.json, .md and .png.")
     parser.add_argument(
         "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
     )
@@ -239,7 +241,7 @@ def spans_parser() -> argparse.ArgumentParser:
         "to read long documents (QMSum is kept for evaluation).",
     )
     parser.add_argument("systems", nargs="+", help=systems_help(SPANS))
-    add_out_argument(parser, "Folder for spans.json, spans.md, spans.png and embeddings.")
+    add_out_argument(parser, "Folder for spans.json, spans.md and spans.png.")
     parser.add_argument(
         "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
     )
@@ -261,6 +263,7 @@ def add_corpus_arguments(
     """The options that every corpus-retrieval command (`qmsum`, `qmsum-passages`, `spans`) shares with their one
     runner; `cap` and `cap_help`: --max-tokens' default and help."""
     parser.add_argument("--max-tokens", type=positive_int, default=cap, help=f"{cap_help}.")
+    add_work_argument(parser, "each model system's document embeddings and every system's scores")
     parser.add_argument(
         "--token-states",
         metavar="DIR",

@@ -13,8 +13,9 @@ cells keeps them per cell. A model system is loaded once and scores every cell; 
 
 A model reads a document's token ids, cut at --max-tokens, in the way its spelling says; BM25 reads the whole text;
 a hybrid fuses the two rankings (`scoring.py`). Each model system embeds the documents one by one in a fixed order
-and OUT/embeddings/ keeps those done after every document, with the time and tokens spent, so an interrupted run
-resumes mid-system. OUT/NAME.json is rewritten after every finished system (a rerun with the same settings
+and WORK/embeddings/ keeps those done after every document, with the time and tokens spent, so an interrupted run
+resumes mid-system (WORK: --work, by default --out; WORK/scores/ keeps every system's scores, which a hybrid of a
+later call fuses). OUT/NAME.json is rewritten after every finished system (a rerun with the same settings
 measures only the systems it lacks; --overwrite starts over), with each model system's documents and tokens a
 second; OUT/NAME.md holds the tables and OUT/NAME.png plots nDCG@10, beside published numbers where there are.
 """
@@ -39,7 +40,15 @@ from transformers import PreTrainedTokenizerBase
 
 from ...common.machine import checked_device, machine, versions
 from ...common.paired import kept_references, paired_per_query
-from ...common.result_files import SCORES_FOLDER, check_out_folder, file_name, resumable_record, write_record
+from ...common.result_files import (
+    SCORES_FOLDER,
+    check_out_folder,
+    check_work_folder,
+    claim_work_folder,
+    file_name,
+    resumable_record,
+    write_record,
+)
 from ...common.tables import markdown_table, paired_cell
 from ...errors import UsageError, note_kept
 from ..systems import (
@@ -59,7 +68,7 @@ from .scoring import Cell, Keeping, ordered, pending_cells, score, system_facts
 
 logger = logging.getLogger(__name__)
 
-# The cell of every task whose candidates are its documents: its scores are OUT/scores/SYSTEM/qmsum.npy, the name
+# The cell of every task whose candidates are its documents: its scores are WORK/scores/SYSTEM/qmsum.npy, the name
 # the first task gave them and its kept records hold
 CELL = "qmsum"
 
@@ -155,7 +164,11 @@ class CorpusRetrieval:
         check_out_folder(args.out)
         if args.token_states:
             check_out_folder(args.token_states, "--token-states")
+        if args.work:
+            check_out_folder(args.work, "--work")
         self.kind, self.corpus, self.args, self.out = kind, corpus, args, Path(args.out)
+        self.work = Path(args.work or args.out)  # the kept embeddings and scores
+        check_work_folder(self.work, self.out)
         self.systems = [parse_system(spec) for spec in args.systems]
         check_hybrid_parts(self.systems)
         settings = {
@@ -205,7 +218,7 @@ class CorpusRetrieval:
         if record is None:
             if self.args.overwrite:
                 for folder in (EMBEDDINGS_FOLDER, SCORES_FOLDER):
-                    shutil.rmtree(self.out / folder, ignore_errors=True)
+                    shutil.rmtree(self.work / folder, ignore_errors=True)
             return None
         old = record["settings"].get("tokens_sha256")
         if old and settings.get("tokens_sha256") and old != settings["tokens_sha256"]:
@@ -220,11 +233,12 @@ class CorpusRetrieval:
         """Measures every pending system and writes the record, tables and plot; returns the record."""
         record, out, kind, args = self.record, self.out, self.kind, self.args
         out.mkdir(parents=True, exist_ok=True)
+        claim_work_folder(self.work, out)
         device = checked_device(args.device)
         record.update(versions=versions(), machine=machine(device))
         write_record(record, out / kind.results_file)  # the settings, before the first system (its embeddings resume)
         names = [judged.cell.name for judged in self.cells]
-        pending = pending_cells(self.systems, names, lambda spec, cell: spec in record["results"], out)
+        pending = pending_cells(self.systems, names, lambda spec, cell: spec in record["results"], self.work)
         for system in [system for system in ordered(self.systems) if pending[system.spec]]:
             started, cpu_started = time.perf_counter(), time.process_time()
             measured = self.measure(system, device)
@@ -262,7 +276,7 @@ class CorpusRetrieval:
         if not isinstance(system, SystemSpec):
             return {
                 "results": {
-                    judged.cell.name: judged.judge.result(score(system, judged.cell, self.out).scores)
+                    judged.cell.name: judged.judge.result(score(system, judged.cell, self.work).scores)
                     for judged in self.cells
                 }
             }
@@ -270,9 +284,9 @@ class CorpusRetrieval:
         kept_states = Path(self.args.token_states) if self.args.token_states else None
         embedder = Embedder(system, max(map(len, documents)), device, self.args.batch_tokens, kept_states)
         keeping = Keeping(
-            self.out / EMBEDDINGS_FOLDER, file_name(system.spec), self.record["settings"]["tokens_sha256"]
+            self.work / EMBEDDINGS_FOLDER, file_name(system.spec), self.record["settings"]["tokens_sha256"]
         )
-        scored = [score(system, judged.cell, self.out, embedder, keeping) for judged in self.cells]
+        scored = [score(system, judged.cell, self.work, embedder, keeping) for judged in self.cells]
         results = {
             judged.cell.name: judged.judge.result(one.scores) for judged, one in zip(self.cells, scored, strict=True)
         }

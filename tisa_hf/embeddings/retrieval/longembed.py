@@ -10,11 +10,11 @@ bootstrap interval over the queries (the same queries for both; `common/paired.p
 
 Everything that can be wrong (settings, output folder, systems' configs and tokenizers, lengths against the
 tables, the text) is checked and the documents are built before any model loads. OUT/longembed.json is
-rewritten after every finished (system, task, length) cell, whose scores are kept in OUT/scores/; a rerun with
-the same settings and documents skips the finished cells (and may add systems), --overwrite starts over. A cell
-whose documents a model reads one a forward pass (whole reads of at least half --batch-tokens: the long cells)
-keeps their embeddings in OUT/embeddings/ as they are made (a `late:` system's MaxSim scores), so an interrupted
-cell resumes at its next document.
+rewritten after every finished (system, task, length) cell, whose scores are kept in WORK/scores/ (WORK: --work,
+by default --out); a rerun with the same settings and documents skips the finished cells (and may add systems),
+--overwrite starts over. A cell whose documents a model reads one a forward pass (whole reads of at least half
+--batch-tokens: the long cells) keeps their embeddings in WORK/embeddings/ as they are made (a `late:` system's
+MaxSim scores), so an interrupted cell resumes at its next document.
 OUT/longembed.md holds the tables and OUT/longembed.png plots Acc@1 against length.
 """
 
@@ -37,6 +37,8 @@ from ...common.machine import checked_device, machine, versions
 from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import (
     check_out_folder,
+    check_work_folder,
+    claim_work_folder,
     file_name,
     resumable_record,
     write_record,
@@ -89,6 +91,9 @@ def check_settings(args: argparse.Namespace) -> dict[str, Any] | None:
         raise UsageError(f"--queries {args.queries} is more than --documents {args.documents}; each asks for one.")
     check_system_names(args.systems, args.paired)
     check_out_folder(args.out)
+    if args.work:
+        check_out_folder(args.work, "--work")
+        check_work_folder(Path(args.work), Path(args.out))
     return resumable_record(Path(args.out) / RESULTS_FILE, requested_settings(args), args.overwrite)
 
 
@@ -245,6 +250,7 @@ class LongEmbedRetrieval:
                 "another --out, or pass --overwrite to start over."
             )
         self.args, self.out, self.systems, self.sets, self.tokenizer = args, Path(args.out), systems, sets, tokenizer
+        self.work = Path(args.work or args.out)  # the kept scores and embeddings
         self.record = resumed or {"settings": settings, "systems": {}, "results": {}, "paired": {}}
 
     def measure(
@@ -260,10 +266,10 @@ class LongEmbedRetrieval:
         started, cpu_started = time.perf_counter(), time.process_time()
         keeping = None
         if keeps_documents(system, retrieval.length, self.args.batch_tokens):
-            keeping = Keeping(kept_folder(self.out, system), name, self.record["settings"]["documents_sha256"])
+            keeping = Keeping(kept_folder(self.work, system), name, self.record["settings"]["documents_sha256"])
         label = f"{system.spec} {retrieval.task} {retrieval.length}" if sys.stderr.isatty() else None
         cell = cell_of(retrieval, self.tokenizer)
-        scored = score(system, cell, self.out, embedder, keeping, torch_products=True, progress=label)
+        scored = score(system, cell, self.work, embedder, keeping, torch_products=True, progress=label)
         earlier = scored.kept["earlier"] if scored.kept else {}
         correct = [int(rank == 1) for rank in answer_ranks(scored.scores, retrieval.answers)]
         wall_time = time.perf_counter() - started + earlier.get("wall_time_s", 0)
@@ -283,6 +289,7 @@ class LongEmbedRetrieval:
         """Measures every pending cell and writes the record, tables and plot; returns the record."""
         record, out, args = self.record, self.out, self.args
         out.mkdir(parents=True, exist_ok=True)
+        claim_work_folder(self.work, out)
         device = checked_device(args.device)
         here = machine(device)  # the record's last writer; each cell names its own, since a resumed run may move
         record.update(versions=versions(), machine=here)
@@ -293,7 +300,7 @@ class LongEmbedRetrieval:
             task, length = cells[name]
             return str(length) in record["results"].get(spec, {}).get(task, {})
 
-        pending = pending_cells(self.systems, list(cells), measured, out)
+        pending = pending_cells(self.systems, list(cells), measured, self.work)
         interactive = sys.stderr.isatty()
         progress = tqdm(total=sum(map(len, pending.values())), desc="longembed", disable=not interactive)
         for system in ordered(self.systems):
@@ -307,7 +314,7 @@ class LongEmbedRetrieval:
                 result = self.measure(system, embedder, name, self.sets[task][length], here)
                 record["results"].setdefault(system.spec, {}).setdefault(task, {})[str(length)] = result
                 write_record(record, out / RESULTS_FILE)
-                discard_kept(kept_folder(out, system), name)
+                discard_kept(kept_folder(self.work, system), name)
                 progress.update()
                 summary = (
                     f"Acc@1 {result['acc_at_1']:.3f} ({result['wall_time_s']:.1f} s, {result['cpu_time_s']:.1f} s CPU)"

@@ -1,5 +1,6 @@
 """The retrieval runner's scoring, shared by every retrieval task: a system scores one set of documents against the
-queries asked of them (a `Cell`), and its scores are kept in OUT/scores/ for hybrids and reruns.
+queries asked of them (a `Cell`), and its scores are kept in WORK/scores/ (--work, by default --out) for hybrids
+and reruns.
 
 BM25 reads the documents' text; a model system reads their token ids through its read-out's scorer
 (`readouts.py`), keeping each document's rows as they are made where a run resumes (`kept_embeddings.py`); a
@@ -27,7 +28,7 @@ from .readouts import Scorer, scorer_for
 @dataclass(frozen=True)
 class Cell:
     """One set of documents and the queries asked of them, as every system of a run scores them: `name` (the file
-    of its scores under OUT/scores/SYSTEM/), the documents' token ids, the candidates' text (BM25's; `document_texts`
+    of its scores under WORK/scores/SYSTEM/), the documents' token ids, the candidates' text (BM25's; `document_texts`
     gives them when asked), and the queries' token ids and text.
 
     The candidates are the documents, or with a `window` the documents' windows of that many tokens in order
@@ -66,18 +67,18 @@ class Scored:
 def score(
     system: RetrievalSystem,
     cell: Cell,
-    out: Path,
+    work: Path,
     embedder: Embedder | None = None,
     keeping: Keeping | None = None,
     torch_products: bool = False,
     progress: str | None = None,
 ) -> Scored:
-    """The system's scores of the cell, saved in OUT/scores/ (a model system needs its loaded `embedder`; a hybrid,
+    """The system's scores of the cell, saved in WORK/scores/ (a model system needs its loaded `embedder`; a hybrid,
     its parts' saved scores)."""
     if isinstance(system, LexicalSpec):
         scored = Scored(bm25_scores(cell.document_texts(), cell.queries, system.tokenizer))
     elif isinstance(system, HybridSpec):
-        lexical, dense = (np.load(scores_path(out, part, cell.name)) for part in (system.lexical, system.dense))
+        lexical, dense = (np.load(scores_path(work, part, cell.name)) for part in (system.lexical, system.dense))
         if system.weight is None:
             scored = Scored(reciprocal_rank_fusion(lexical, dense))
         else:
@@ -91,7 +92,7 @@ def score(
             scored = Scored(scorer.scores(kept["embeddings"], kept["windows"]), scorer, kept)
     if cell.candidates is not None:
         scored.scores = among_candidates(scored.scores, cell.candidates)
-    save_array(scores_path(out, system.spec, cell.name), scored.scores)
+    save_array(scores_path(work, system.spec, cell.name), scored.scores)
     return scored
 
 
@@ -109,10 +110,10 @@ def ordered(systems: list[RetrievalSystem]) -> list[RetrievalSystem]:
 
 
 def pending_cells(
-    systems: list[RetrievalSystem], cells: list[str], measured: Callable[[str, str], bool], out: Path
+    systems: list[RetrievalSystem], cells: list[str], measured: Callable[[str, str], bool], work: Path
 ) -> dict[str, list[str]]:
     """Per system, the cells (by name) to score: those `measured` says have no result, and those whose scores a
-    hybrid still to be measured needs and OUT/scores/ lacks (a record from before scores were kept, say)."""
+    hybrid still to be measured needs and WORK/scores/ lacks (a record from before scores were kept, say)."""
     pending = {system.spec: [cell for cell in cells if not measured(system.spec, cell)] for system in systems}
     for system in systems:
         if isinstance(system, HybridSpec):
@@ -120,7 +121,7 @@ def pending_cells(
                 pending[part] += [
                     cell
                     for cell in pending[system.spec]
-                    if cell not in pending[part] and not scores_path(out, part, cell).is_file()
+                    if cell not in pending[part] and not scores_path(work, part, cell).is_file()
                 ]
     return pending
 
