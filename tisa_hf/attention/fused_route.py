@@ -22,6 +22,9 @@ FUSED_MAX_HEAD_DIM = 128
 # The dropout's Philox counter is i · n + j in 32 bits.
 FUSED_MAX_LENGTH = 46_340
 TRITON_FOUND = importlib.util.find_spec("triton") is not None
+# The compute capability from which the kernels pipeline their loads in 2 stages (async copies); 1 stage below it,
+# which keeps Turing's tiles within its 64 KiB of shared memory.
+PIPELINED_FROM = (8, 0)
 
 
 class FusedRoute(SdpaRoute):

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .fused_route import PIPELINED_FROM
+
 
 @triton.jit
 def tile_logits(
@@ -97,7 +99,7 @@ def dot_precision(dtype: torch.dtype) -> str:
 
 
 def pipeline_stages(device: torch.device) -> int:
-    """Software pipelining stages: 1 below compute capability 8.0 (Turing's shared memory, no async copies), else 2."""
+    """Software pipelining stages: 2 from compute capability `PIPELINED_FROM`, else (and on CPU) 1."""
     if device.type != "cuda":
         return 1
-    return 1 if torch.cuda.get_device_capability(device) < (8, 0) else 2
+    return 2 if torch.cuda.get_device_capability(device) >= PIPELINED_FROM else 1
