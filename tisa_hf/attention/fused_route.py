@@ -25,6 +25,8 @@ TRITON_FOUND = importlib.util.find_spec("triton") is not None
 # The compute capability from which the kernels pipeline their loads in 2 stages (async copies); 1 stage below it,
 # which keeps Turing's tiles within its 64 KiB of shared memory.
 PIPELINED_FROM = (8, 0)
+# bf16 on CUDA GPUs: from compute capability 8.0 (Ampere), for PyTorch and Triton alike.
+BF16_FROM = (8, 0)
 
 
 class FusedRoute(SdpaRoute):
@@ -37,6 +39,7 @@ class FusedRoute(SdpaRoute):
             and TRITON_FOUND
             and (query.device.type == "cuda" or (query.device.type == "cpu" and fused_op.TRITON_INTERPRETED))
             and query.dtype in FUSED_KERNEL_DTYPES
+            and (query.dtype != torch.bfloat16 or takes_bf16(query.device))
             and call.bias_dtype == query.dtype
             and query.shape == key.shape == value.shape
             and query.dtype == key.dtype == value.dtype
@@ -58,6 +61,12 @@ class FusedRoute(SdpaRoute):
 
     def describe(self, call: SdpaCall) -> str:
         return f"{self.name} (Triton{', interpreted' if call.query.device.type == 'cpu' else ''})"
+
+
+def takes_bf16(device: torch.device) -> bool:
+    """Whether Triton's dot products take bf16 on `device`: from compute capability 8.0 on CUDA (Turing has no bf16
+    tensor cores); the interpreter's bf16 dot products are wrong (tests/test_fused_kernel.py), so not on the CPU."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= BF16_FROM
 
 
 def is_boolean_mask(mask: torch.Tensor | None, query: torch.Tensor) -> bool:

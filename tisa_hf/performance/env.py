@@ -16,7 +16,7 @@ import torch
 
 from ..attention import BANDED, FUSED, STORED_BIAS, SdpaCall
 from ..attention.flex import flex_refusal, flex_refusal_for
-from ..attention.fused_route import FUSED_MAX_HEAD_DIM, PIPELINED_FROM
+from ..attention.fused_route import BF16_FROM, FUSED_MAX_HEAD_DIM, PIPELINED_FROM
 from ..attention.policy import DEFAULT_SDPA_POLICY, FUSED_OPT_IN
 from ..common.machine import checked_device, machine
 from ..fitting import thread_share
@@ -135,7 +135,7 @@ GPU_GENERATIONS = (
     ((8, 9), "Ada: RTX 4090, L4"),
     ((9, 0), "Hopper: H100, H200"),
 )
-BF16_FROM = FLEX_FROM = (8, 0)
+FLEX_FROM = (8, 0)
 
 
 def capability_route(capability: tuple[int, int]) -> str:
