@@ -14,7 +14,7 @@ import importlib.util
 import torch
 
 from . import fused_op
-from .route import SdpaCall, SdpaRoute
+from .route import BF16_FROM, SdpaCall, SdpaRoute
 
 FUSED_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # The largest head the kernels' tiles hold (padded to a power of two with masks).
@@ -22,11 +22,6 @@ FUSED_MAX_HEAD_DIM = 128
 # The dropout's Philox counter is i · n + j in 32 bits.
 FUSED_MAX_LENGTH = 46_340
 TRITON_FOUND = importlib.util.find_spec("triton") is not None
-# The compute capability from which the kernels pipeline their loads in 2 stages (async copies); 1 stage below it,
-# which keeps Turing's tiles within its 64 KiB of shared memory.
-PIPELINED_FROM = (8, 0)
-# bf16 on CUDA GPUs: from compute capability 8.0 (Ampere), for PyTorch and Triton alike.
-BF16_FROM = (8, 0)
 
 
 class FusedRoute(SdpaRoute):

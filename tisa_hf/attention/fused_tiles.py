@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_route import PIPELINED_FROM
+from .route import PIPELINED_FROM
 
 
 @triton.jit

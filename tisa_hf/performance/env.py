@@ -16,8 +16,9 @@ import torch
 
 from ..attention import BANDED, FUSED, STORED_BIAS, SdpaCall
 from ..attention.flex import flex_refusal, flex_refusal_for
-from ..attention.fused_route import BF16_FROM, FUSED_MAX_HEAD_DIM, PIPELINED_FROM
+from ..attention.fused_route import FUSED_MAX_HEAD_DIM
 from ..attention.policy import DEFAULT_SDPA_POLICY, FUSED_OPT_IN
+from ..attention.route import BF16_FROM, PIPELINED_FROM
 from ..common.machine import checked_device, machine
 from ..fitting import thread_share
 from ..kernels import TisaPositionBias
