@@ -2,6 +2,11 @@
 # The GPU measurements of TISA's cost, in one command, into one folder. Steps run in the order below, most wanted
 # first, so that a short lease of a GPU (15 minutes, one command of 10) still ends with the measurements that matter:
 #   machine          nvidia-smi and the versions of torch, transformers and triton;
+#   test-fused       tests/test_fused_kernel.py on the GPU (the fused Triton kernel against the eager reference and the
+#                    stored-bias route, fp32, fp16 and bf16);
+#   bench-fused      the fused kernel's route against stock sdpa: 8 x 128 and 2 x 512 training and inference in fp32,
+#                    bf16 and fp16, attention dropout 0.1, then fp16 as on Turing (stock held to the memory-efficient
+#                    kernel), then replace at 4,096 tokens with peak memory;
 #   test-cuda        tests/test_cuda.py (sdpa against eager, replace past the table, flex, the compiled training step);
 #   bench-compile    8 x 128 and 2 x 512, training and inference, plain and TISA, eager and compiled (Inductor), bf16;
 #   bench-eager      the same steps eager in float32, bf16 and fp16 (fp16 training through a GradScaler);
@@ -63,6 +68,13 @@ export PYTHONUNBUFFERED=1
 timing=(--warmup 3 --repeats 10)
 step machine bash -c 'nvidia-smi; python3 -c "import torch, transformers, triton; print(torch.__version__, \
 transformers.__version__, triton.__version__, torch.cuda.get_device_name())"'
+step test-fused python3 -m pytest -q tests/test_fused_kernel.py
+step bench-fused tisa-hf bench --device cuda --sections train infer --implementations sdpa fused \
+    --dtypes float32 bfloat16 float16 --attention-dropout 0.1 --no-memory "${timing[@]}" --output "$OUT/bench-fused.json"
+step bench-fused-turing tisa-hf bench --device cuda --sections train infer --implementations fused --dtypes float16 \
+    --sdpa-backend efficient --no-memory "${timing[@]}" --output "$OUT/bench-fused-turing.json"
+step bench-fused-replace tisa-hf bench --device cuda --sections replace --implementations sdpa fused \
+    --replace-lengths 4096 --warmup 2 --repeats 5 --output "$OUT/bench-fused-replace.json"
 step test-cuda python3 -m pytest -q -m cuda tests/test_cuda.py
 step bench-compile tisa-hf bench --device cuda --sections train infer --implementations sdpa --dtypes bfloat16 \
     --compile --no-memory "${timing[@]}" --output "$OUT/bench-compile.json"

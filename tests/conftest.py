@@ -3,14 +3,23 @@ the packaged MiniLM (what the fixtures build on is in `tests/fixtures.py`); it i
 
 from __future__ import annotations
 
-import huggingface_hub
-import pytest
-import torch
-import transformers
+import os
 
-import tisa_hf
-from tests.fixtures import MODEL_TYPES
-from tisa_hf.common import hub_access
+import torch
+
+# Without a GPU, Triton's interpreter runs the fused TISA kernels on CPU tensors (tests/test_fused_kernel.py). The
+# variable must be set before anything imports Triton (importing tisa_hf imports torch._dynamo, which does; importing
+# torch does not): set later, Triton's jitted helper functions refuse to run inside an interpreted kernel.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import huggingface_hub  # noqa: E402
+import pytest  # noqa: E402
+import transformers  # noqa: E402
+
+import tisa_hf  # noqa: E402
+from tests.fixtures import MODEL_TYPES  # noqa: E402
+from tisa_hf.common import hub_access  # noqa: E402
 
 CORE_MARK = "pytest.mark.core"
 

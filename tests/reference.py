@@ -108,3 +108,19 @@ def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "a
         ffn = layer.output.dense(F.gelu(layer.intermediate.dense(attended)))
         hidden = layer.output.LayerNorm(ffn + attended)
     return hidden
+
+
+def toeplitz_attention(query, key, value, table, mask=None, scale=None, keep=None, dropout: float = 0.0):
+    """softmax(q kᵀ · scale + F) v with F[h, i, j] = table[h, j - i + n - 1], masked where the boolean `mask` is
+    False, the probabilities times `keep` / (1 - dropout) where a keep mask is given: (output, log-sum-exp)."""
+    length = query.shape[-2]
+    scale = scale if scale is not None else query.shape[-1] ** -0.5
+    positions = torch.arange(length)
+    bias = table[:, positions[None, :] - positions[:, None] + length - 1]
+    logits = query @ key.transpose(-1, -2) * scale + bias
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    probabilities = logits.softmax(-1)
+    if keep is not None:
+        probabilities = probabilities * keep / (1 - dropout)
+    return probabilities @ value, logits.logsumexp(-1)

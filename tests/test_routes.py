@@ -61,11 +61,13 @@ def test_env_command_prints_the_machine_and_the_routes(capsys):
     assert "  sdpa, float32, train, dropout 0: 128, 8192: trainable-bias SDPA (flash forward)" in lines
     assert (
         "  sm_75 (Turing: RTX 2080, T4): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 (no "
-        "bf16); flex attention: not available" in lines
+        "bf16); flex attention: not available; fused TISA kernel: fp32 or fp16 (no bf16), heads up to 128, 1 "
+        "pipeline stage, opt-in (TISA_HF_FUSED_ATTENTION=1)" in lines
     )
     assert (
         "  sm_90 (Hopper: H100, H200): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 or bf16; "
-        "flex attention: offset table in score_mod" in lines
+        "flex attention: offset table in score_mod; fused TISA kernel: fp32 or fp16 or bf16, heads up to 128, 2 "
+        "pipeline stages, opt-in (TISA_HF_FUSED_ATTENTION=1)" in lines
     )
     assert "  sdpa, float32, train: 128, 8192: SDPA + stored bias (math)" in lines
     assert (
@@ -195,3 +197,23 @@ def test_a_new_route_is_an_object_in_a_policy(monkeypatch):
         attention.TRAINABLE_BIAS,
         attention.STORED_BIAS,
     )
+
+
+def test_bench_times_the_fused_route_against_stock_sdpa_on_cuda_only():
+    from tisa_hf.performance import bench, cases
+
+    with pytest.raises(UsageError, match=r"^--implementations fused times the fused TISA kernel, which runs on CUDA"):
+        bench.parse_args(["--device", "cpu", "--implementations", "fused", "--output", "/dev/null"])
+    args = bench.parse_args(["--device", "cpu", "--output", "/dev/null"])
+    assert args.implementations == ["sdpa", "eager"]  # on CUDA: and fused
+    args.implementations = ["sdpa", "eager", "fused"]
+    assert [case.label() for case in bench.model_cases(args, "train", "float32")[-1]] == [
+        "train fused 2x512 float32"
+    ] * 2
+    replace = bench.model_cases(args, "replace", "float32")
+    assert {pair[0].implementation for pair in replace} == {"sdpa", "fused"}
+    seen = []
+    for case in bench.model_cases(args, "infer", "float32")[-1]:
+        bench.step_function(case, lambda **batch: seen.append(batch.get(attention.SDPA_POLICY_KWARG)))()
+    assert seen == [None, attention.FUSED_SDPA_POLICY]  # stock sdpa against TISA on the fused route
+    assert cases.bert_base_config("fused", 0.1)._attn_implementation == "sdpa"

@@ -7,8 +7,10 @@
 - `tisa_sdpa`'s routes, one module each, tried in the order of `policy.py`: `stored_bias.py` (transformers' sdpa,
   plain or with the bias stored in the mask), `banded.py` (with `banded_padded.py` for padded batches, on the
   fused kernels of `fused.py`) and `blockwise.py` (long inputs without the (H, n, n) bias), `trainable_bias.py`
-  (the CPU's fused attention kernel with a bias that trains). A route is an object that says whether it applies to
-  a call, runs it and describes itself (`route.py`); a new route is a module and its place in the policy.
+  (the CPU's fused attention kernel with a bias that trains), `fused_route.py` (TISA's own Triton kernel pair,
+  opt-in: `fused_op.py`, the operators; `fused_forward.py`, `fused_backward.py` and `fused_tiles.py`, the
+  kernels). A route is an object that says whether it applies to a call, runs it and describes itself
+  (`route.py`); a new route is a module and its place in the policy.
 - `flex.py`: flex attention with the offset values in its score modification, and the calls it refuses.
 - `backends.py`: the SDPA backend PyTorch picks, for `tisa-hf env`.
 """
@@ -18,6 +20,8 @@ from .policy import (
     BANDED,
     BLOCKWISE,
     DEFAULT_SDPA_POLICY,
+    FUSED,
+    FUSED_SDPA_POLICY,
     PLAIN,
     SDPA_POLICY_KWARG,
     STORED_BIAS,
@@ -32,6 +36,8 @@ __all__ = [
     "BANDED",
     "BLOCKWISE",
     "DEFAULT_SDPA_POLICY",
+    "FUSED",
+    "FUSED_SDPA_POLICY",
     "PLAIN",
     "SDPA_POLICY_KWARG",
     "STORED_BIAS",

@@ -4,10 +4,15 @@ The default order: transformers' sdpa where the layer has no TISA kernels; for l
 where the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
 would push PyTorch off its fused attention kernel; SDPA with the stored bias for everything else. A model call may pass
 another policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side
-so)."""
+so).
+
+The fused route (`fused_route.py`, a Triton kernel pair) comes right after the plain route in `FUSED_SDPA_POLICY`;
+that policy is the default only where the environment variable `TISA_HF_FUSED_ATTENTION=1` is set when `tisa_hf` is
+imported, until GPU measurements show where it is faster (docs/performance.md)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -15,12 +20,14 @@ import torch
 from ..kernels import TisaPositionBias
 from .banded import BandedRoute
 from .blockwise import BlockwiseRoute
+from .fused_route import FusedRoute
 from .route import SdpaCall, SdpaRoute
 from .stored_bias import PlainRoute, StoredBiasRoute
 from .trainable_bias import TrainableBiasRoute
 
 PLAIN, BANDED, BLOCKWISE = PlainRoute(), BandedRoute(), BlockwiseRoute()
 TRAINABLE_BIAS, STORED_BIAS = TrainableBiasRoute(), StoredBiasRoute()
+FUSED = FusedRoute()
 # The keyword argument of a model call that carries its policy down to every attention call.
 SDPA_POLICY_KWARG = "tisa_sdpa_policy"
 
@@ -42,7 +49,11 @@ class SdpaPolicy:
         return SdpaPolicy(tuple(kept for kept in self.routes if kept is not route))
 
 
-DEFAULT_SDPA_POLICY = SdpaPolicy((PLAIN, BANDED, BLOCKWISE, TRAINABLE_BIAS, STORED_BIAS))
+STANDARD_SDPA_POLICY = SdpaPolicy((PLAIN, BANDED, BLOCKWISE, TRAINABLE_BIAS, STORED_BIAS))
+FUSED_SDPA_POLICY = SdpaPolicy((PLAIN, FUSED, *STANDARD_SDPA_POLICY.routes[1:]))
+# The environment variable that makes the fused route part of the default policy ("1"; read once, at import).
+FUSED_OPT_IN = "TISA_HF_FUSED_ATTENTION"
+DEFAULT_SDPA_POLICY = FUSED_SDPA_POLICY if os.environ.get(FUSED_OPT_IN) == "1" else STANDARD_SDPA_POLICY
 
 
 def sdpa_route(

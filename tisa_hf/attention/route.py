@@ -16,6 +16,10 @@ from .logits import bias_dtype
 # the attention arguments they cannot take.
 FUSED_DTYPES = (torch.float32,)
 UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
+# CUDA compute capabilities: bf16 (PyTorch's kernels and Triton's dot products) from 8.0 (Ampere); the fused TISA
+# kernels pipeline their loads in 2 stages (async copies) from 8.0, in 1 below it, which keeps Turing's tiles within
+# its 64 KiB of shared memory.
+BF16_FROM = PIPELINED_FROM = (8, 0)
 
 
 @dataclass(frozen=True)

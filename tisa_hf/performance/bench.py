@@ -313,7 +313,7 @@ def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict],
 def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tuple[ModelCase, ModelCase]]:
     if section == "replace":
         shapes = [(1, length) for length in args.replace_lengths]
-        implementations = ["sdpa"]
+        implementations = [name for name in args.implementations if name != "eager"]
     else:
         shapes = [(8, 128), (2, 512)]
         implementations = args.implementations
@@ -419,8 +419,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         check_output(args.output)
     if "long" in args.sections and args.long_model:
         check_long_model(args.long_model)
+    cuda = torch.device(args.device).type == "cuda"
     if args.dtypes is None:
-        args.dtypes = ["float32", "bfloat16"] if torch.device(args.device).type == "cuda" else ["float32"]
+        args.dtypes = ["float32", "bfloat16"] if cuda else ["float32"]
+    if args.implementations is None:
+        args.implementations = ["sdpa", "eager"] + (["fused"] if cuda else [])
+    if "fused" in args.implementations and not cuda:
+        raise UsageError(
+            "--implementations fused times the fused TISA kernel, which runs on CUDA GPUs: give --device cuda, or "
+            "leave fused out."
+        )
     return args
 
 

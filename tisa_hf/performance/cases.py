@@ -12,7 +12,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
 
-from ..attention import BANDED, DEFAULT_SDPA_POLICY, SDPA_POLICY_KWARG
+from ..attention import BANDED, DEFAULT_SDPA_POLICY, FUSED_SDPA_POLICY, SDPA_POLICY_KWARG
 from ..common.long_inputs import PositionInterpolation
 from ..config import TisaConfig
 from ..packaged import minilm_path
@@ -30,7 +30,7 @@ class ModelCase:
     """One model configuration whose time and memory the benchmark measures."""
 
     section: str  # "train", "infer", "replace" or "long"
-    implementation: str
+    implementation: str  # an attention implementation, or "fused": sdpa, TISA on the fused kernel's route
     batch: int
     length: int
     tisa: bool
@@ -63,6 +63,11 @@ class ModelCase:
 BERT_BASE_SIZES = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768, "intermediate_size": 3072}
 
 
+def attention_implementation(implementation: str) -> str:
+    """The model's `attn_implementation` for a case's implementation (the fused route is sdpa's)."""
+    return "sdpa" if implementation == "fused" else implementation
+
+
 def bert_base_config(implementation: str, dropout: float, max_positions: int = 512) -> BertConfig:
     config = BertConfig(
         **BERT_BASE_SIZES,
@@ -72,7 +77,7 @@ def bert_base_config(implementation: str, dropout: float, max_positions: int = 5
         # what the classifier's first forward with labels would set, which a compiled model would recompile for
         problem_type="single_label_classification",
     )
-    config._attn_implementation = implementation
+    config._attn_implementation = attention_implementation(implementation)
     return config
 
 
@@ -136,6 +141,8 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
         model = torch.compile(model, backend=case.compile_backend)
     if case.section == "long" and not case.banded:
         batch[SDPA_POLICY_KWARG] = DEFAULT_SDPA_POLICY.without(BANDED)
+    if case.implementation == "fused" and case.tisa:
+        batch[SDPA_POLICY_KWARG] = FUSED_SDPA_POLICY
     device_type = torch.device(case.device).type
     dtype = getattr(torch, case.dtype)
 

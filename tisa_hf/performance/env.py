@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import BANDED, STORED_BIAS, SdpaCall
+from ..attention import BANDED, FUSED, STORED_BIAS, SdpaCall
 from ..attention.flex import flex_refusal, flex_refusal_for
-from ..attention.policy import DEFAULT_SDPA_POLICY
+from ..attention.fused_route import FUSED_MAX_HEAD_DIM
+from ..attention.policy import DEFAULT_SDPA_POLICY, FUSED_OPT_IN
+from ..attention.route import BF16_FROM, PIPELINED_FROM
 from ..common.machine import checked_device, machine
 from ..fitting import thread_share
 from ..kernels import TisaPositionBias
@@ -134,14 +136,18 @@ GPU_GENERATIONS = (
     ((8, 9), "Ada: RTX 4090, L4"),
     ((9, 0), "Hopper: H100, H200"),
 )
-BF16_FROM = FLEX_FROM = (8, 0)
+FLEX_FROM = (8, 0)
 
 
 def capability_route(capability: tuple[int, int]) -> str:
     """What a TISA model runs on, on a CUDA GPU of this compute capability."""
     precisions = "fp32 or fp16" + (" or bf16" if capability >= BF16_FROM else " (no bf16)")
     flex = "offset table in score_mod" if capability >= FLEX_FROM else "not available"
-    return f"sdpa: {STORED_BIAS.name} on the memory-efficient kernel, {precisions}; flex attention: {flex}"
+    tiles = "1 pipeline stage" if capability < PIPELINED_FROM else "2 pipeline stages"
+    return (
+        f"sdpa: {STORED_BIAS.name} on the memory-efficient kernel, {precisions}; flex attention: {flex}; "
+        f"{FUSED.name}: {precisions}, heads up to {FUSED_MAX_HEAD_DIM}, {tiles}, opt-in ({FUSED_OPT_IN}=1)"
+    )
 
 
 def route_table(

@@ -37,7 +37,13 @@ def bench_parser() -> argparse.ArgumentParser:
         default=list(BENCH_DEFAULT_SECTIONS),
         help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (long takes minutes a length: ask for it)",
     )
-    parser.add_argument("--implementations", nargs="+", choices=("sdpa", "eager"), default=["sdpa", "eager"])
+    parser.add_argument(
+        "--implementations",
+        nargs="+",
+        choices=("sdpa", "eager", "fused"),
+        help="default: sdpa eager, plus fused on CUDA (fused: TISA on sdpa through the fused Triton kernel's route, "
+        "against stock sdpa)",
+    )
     parser.add_argument(
         "--dtypes",
         nargs="+",

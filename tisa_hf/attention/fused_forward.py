@@ -1,0 +1,154 @@
+"""The fused TISA attention forward, FlashAttention-2's: one program a tile of query rows and a (batch, head), over
+the keys in tiles with the online softmax; each tile's bias read from the layer's (H, 2n-1) offset table, never
+stored as (H, n, n); attention dropout drawn in the kernel; the log-sum-exp kept for the backward."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fused_tiles import dot_precision, dropout_keep, forward_tiles, head_block, pipeline_stages, tile_logits
+
+
+@triton.jit
+def _forward_kernel(
+    Q,
+    K,
+    V,
+    TABLE,
+    MASK,
+    SEED,
+    OUT,
+    LSE,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_table,
+    stride_mb,
+    stride_mh,
+    stride_mm,
+    stride_mn,
+    heads,
+    length,
+    head_dim,
+    scale,
+    dropout_p,
+    HAS_MASK: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    head_index = tl.program_id(1)
+    batch, head = head_index // heads, head_index % heads
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    row_inside = rows < length
+    dim_inside = dims < head_dim
+    q = tl.load(
+        Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qn + dims[None, :],
+        mask=row_inside[:, None] & dim_inside[None, :],
+        other=0.0,
+    )
+    K += batch * stride_kb + head * stride_kh
+    V += batch * stride_vb + head * stride_vh
+    table_row = TABLE + head * stride_table
+    mask_block = MASK + batch * stride_mb + head * stride_mh
+    running_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    running_sum = tl.zeros([BLOCK_M], tl.float32)
+    accumulator = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start in range(0, length, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_inside = (cols < length)[:, None] & dim_inside[None, :]
+        k = tl.load(K + cols[:, None] * stride_kn + dims[None, :], mask=col_inside, other=0.0)
+        v = tl.load(V + cols[:, None] * stride_vn + dims[None, :], mask=col_inside, other=0.0)
+        logits = tile_logits(
+            q, k, table_row, mask_block, stride_mm, stride_mn, rows, cols, length, scale, HAS_MASK, DOT_PRECISION
+        )
+        new_max = tl.maximum(running_max, tl.max(logits, 1))
+        # A row with no key allowed yet keeps -inf as its maximum: subtract 0 instead (its exponentials are 0).
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        probabilities = tl.exp2(logits - shift[:, None])
+        rescale = tl.exp2(running_max - shift)
+        running_sum = running_sum * rescale + tl.sum(probabilities, 1)
+        if HAS_DROPOUT:
+            keep = dropout_keep(SEED, head_index, rows, cols, length, dropout_p)
+            probabilities = tl.where(keep, probabilities / (1.0 - dropout_p), 0.0)
+        accumulator = accumulator * rescale[:, None] + tl.dot(
+            probabilities.to(v.dtype), v, input_precision=DOT_PRECISION
+        )
+        running_max = new_max
+    # Rows past the sequence have no keys: divide them by 1 (they are not stored).
+    running_sum = tl.where(row_inside, running_sum, 1.0)
+    output = accumulator / running_sum[:, None]
+    tl.store(
+        OUT + batch * stride_ob + head * stride_oh + rows[:, None] * stride_on + dims[None, :],
+        output.to(OUT.dtype.element_ty),
+        mask=row_inside[:, None] & dim_inside[None, :],
+    )
+    # The natural log-sum-exp of each row's logits (before dropout), as PyTorch's attention kernels return it.
+    log_sum_exp = (running_max + tl.log2(running_sum)) / 1.4426950408889634
+    tl.store(LSE + head_index * length + rows, log_sum_exp, mask=row_inside)
+
+
+def fused_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    table: torch.Tensor,
+    mask: torch.Tensor | None,
+    seed: torch.Tensor | None,
+    scale: float,
+    dropout: float,
+    tiles: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ · scale + F) v with F[h, i, j] = table[h, j - i + n - 1], where the boolean `mask` (B, H, n, n, any
+    strides: broadcast dimensions stride 0) allows it, and attention dropout `dropout` from `seed`: the output (B, H, n,
+    d), laid out as (B, n, H, d) so that the caller's transpose back is free, and the log-sum-exp (B, H, n) in fp32.
+    `tiles` (query rows, keys) replaces the default tile sizes (tests run several tiles on short inputs).
+    """
+    batch, heads, length, head_dim = query.shape
+    output = query.new_empty(batch, length, heads, head_dim).transpose(1, 2)
+    log_sum_exp = torch.empty(batch, heads, length, dtype=torch.float32, device=query.device)
+    block_m, block_n = tiles or forward_tiles(head_dim)
+    mask_arg = mask if mask is not None else table.view(1, 1, 1, -1)
+    _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
+        query,
+        key,
+        value,
+        table,
+        mask_arg,
+        seed if seed is not None else table,
+        output,
+        log_sum_exp,
+        *query.stride()[:3],
+        *key.stride()[:3],
+        *value.stride()[:3],
+        *output.stride()[:3],
+        table.stride(0),
+        *mask_arg.stride(),
+        heads,
+        length,
+        head_dim,
+        scale,
+        dropout,
+        HAS_MASK=mask is not None,
+        HAS_DROPOUT=dropout > 0,
+        DOT_PRECISION=dot_precision(query.dtype),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=head_block(head_dim),
+        num_stages=pipeline_stages(query.device),
+    )
+    return output, log_sum_exp

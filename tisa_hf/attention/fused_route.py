@@ -1,0 +1,84 @@
+"""The fused route: TISA's attention in one Triton kernel pair (`fused_op.py`), which reads the bias from the layer's
+(H, 2n-1) offset table inside its tiles and reduces the table's gradient inside its backward, with attention dropout
+and the padding mask; nothing of (B, H, n, n) is stored, forward or backward.
+
+It applies to CUDA tensors (and to CPU tensors under Triton's interpreter, for the tests) of the dtypes and head sizes
+the kernels take, with a boolean padding mask (transformers' sdpa mask). It is in the default policy only where
+`TISA_HF_FUSED_ATTENTION=1` is set (`policy.py`) until GPU measurements choose it by speed (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from . import fused_op
+from .route import BF16_FROM, SdpaCall, SdpaRoute
+
+FUSED_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# The largest head the kernels' tiles hold (padded to a power of two with masks).
+FUSED_MAX_HEAD_DIM = 128
+# The dropout's Philox counter is i · n + j in 32 bits.
+FUSED_MAX_LENGTH = 46_340
+TRITON_FOUND = importlib.util.find_spec("triton") is not None
+
+
+class FusedRoute(SdpaRoute):
+    name = "fused TISA kernel"
+
+    def applies(self, call: SdpaCall) -> bool:
+        query, key, value = call.query, call.key, call.value
+        return (
+            call.kernels is not None
+            and TRITON_FOUND
+            and (query.device.type == "cuda" or (query.device.type == "cpu" and fused_op.TRITON_INTERPRETED))
+            and query.dtype in FUSED_KERNEL_DTYPES
+            and (query.dtype != torch.bfloat16 or takes_bf16(query.device))
+            and call.bias_dtype == query.dtype
+            and query.shape == key.shape == value.shape
+            and query.dtype == key.dtype == value.dtype
+            and query.shape[-1] <= FUSED_MAX_HEAD_DIM
+            and call.length <= FUSED_MAX_LENGTH
+            and call.takes_fused_arguments()
+            and is_boolean_mask(call.mask, query)
+        )
+
+    def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
+        query = call.query
+        table = call.kernels.offset_values(call.layer, call.length, call.bias_dtype)
+        scale = call.scaling if call.scaling is not None else query.shape[-1] ** -0.5
+        seed = torch.randint(2**62, (1,), device=query.device) if call.dropout else None
+        output, _ = torch.ops.tisa_hf.toeplitz_attention(
+            query, call.key, call.value, table, expanded_mask(call.mask, query), seed, scale, float(call.dropout)
+        )
+        return output.transpose(1, 2), None
+
+    def describe(self, call: SdpaCall) -> str:
+        return f"{self.name} (Triton{', interpreted' if call.query.device.type == 'cpu' else ''})"
+
+
+def takes_bf16(device: torch.device) -> bool:
+    """Whether Triton's dot products take bf16 on `device`: from compute capability 8.0 on CUDA (Turing has no bf16
+    tensor cores); the interpreter's bf16 dot products are wrong (tests/test_fused_kernel.py), so not on the CPU."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= BF16_FROM
+
+
+def is_boolean_mask(mask: torch.Tensor | None, query: torch.Tensor) -> bool:
+    """Whether the kernels read `mask` as it is: none, or a boolean mask that broadcasts to (B, H, n, n)."""
+    if mask is None:
+        return True
+    return (
+        mask.dtype == torch.bool
+        and mask.dim() == 4
+        and torch.broadcast_shapes(mask.shape, query.shape[:3] + (query.shape[2],))
+        == query.shape[:3] + (query.shape[2],)
+    )
+
+
+def expanded_mask(mask: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor | None:
+    """`mask` as a (B, H, n, n) view (stride 0 along what it broadcasts over), as the kernels read it."""
+    if mask is None:
+        return None
+    batch, heads, length, _ = query.shape
+    return mask.expand(batch, heads, length, length)
