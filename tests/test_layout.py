@@ -224,7 +224,7 @@ def test_no_folder_holds_more_than_fifteen_modules():
 
 def test_no_attention_module_passes_400_lines():
     """Every module of `attention/`, where TISA's bias meets the logits, stays one job short enough to read whole: a
-    route that grows is split by job (the banded route: `banded.py`, `banded_padded.py`, `fused.py`)."""
+    route that grows is split by job (the banded route: `banded.py`, `banded_padded.py`, `log_sum_exp.py`)."""
     lines = {
         path.name: len(path.read_text(encoding="utf-8").splitlines()) for path in (PACKAGE / "attention").glob("*.py")
     }

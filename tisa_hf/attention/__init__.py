@@ -6,7 +6,7 @@
   `logits.py` merges the bias with the padding mask.
 - `tisa_sdpa`'s routes, one module each, tried in the order of `policy.py`: `stored_bias.py` (transformers' sdpa,
   plain or with the bias stored in the mask), `banded.py` (with `banded_padded.py` for padded batches, on the
-  fused kernels of `fused.py`) and `blockwise.py` (long inputs without the (H, n, n) bias), `trainable_bias.py`
+  fused kernels of `log_sum_exp.py`) and `blockwise.py` (long inputs without the (H, n, n) bias), `trainable_bias.py`
   (the CPU's fused attention kernel with a bias that trains), `fused_route.py` (TISA's own Triton kernel pair,
   opt-in: `fused_op.py`, the operators; `fused_forward.py`, `fused_backward.py` and `fused_tiles.py`, the
   kernels). A route is an object that says whether it applies to a call, runs it and describes itself

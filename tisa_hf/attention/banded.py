@@ -4,7 +4,7 @@ Gaussians underflow to 0 a few hundred tokens out; a far-field term never does).
 left of its band and right of it go to two causal fused calls with no bias (the second on reversed copies) and its
 band to one fused call over overlapping windows that share one mask table, merged by their log-sum-exps; a padded
 batch takes one plain fused call corrected within the band (`banded_padded.py`). The (H, n, n) bias is never built.
-The fused calls and their merge are `fused.py`'s."""
+The fused calls and their merge are `log_sum_exp.py`'s."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..kernels import TisaPositionBias, nonzero_band
 from . import backends
 from .banded_padded import corrected_banded_sdpa
 from .blockwise import ToeplitzBias, blockwise_biased_sdpa
-from .fused import fused_attention, merge_attention
+from .log_sum_exp import fused_attention, merge_attention
 from .route import FUSED_DTYPES, UNSUPPORTED_FUSED_KWARGS, SdpaCall, SdpaRoute
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .fused import fused_attention
+from .log_sum_exp import fused_attention
 
 # Query blocks of `BANDED_CORRECTION_ROWS` rows; above `BANDED_DIRECT_BIAS_LIMIT` on max f the correction is computed
 # rescaled (expm1(f) overflows float32 beyond 88); above `BANDED_MAX_CANCELLATION` on 1 / (1 + D) it would cancel that
