@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from tisa_hf.attention import banded, blockwise, fused
+from tisa_hf.attention import banded, blockwise, log_sum_exp
 from tisa_hf.kernels import nonzero_band
 from tisa_hf.performance.cases import synchronize
 
@@ -59,11 +59,11 @@ def measure(length: int, args: argparse.Namespace, device: torch.device) -> str:
     left, right = 1 - low, 1 + high
     pieces = {
         "plain": lambda: torch.nn.functional.scaled_dot_product_attention(query, key, value),
-        "fused+lse": lambda: fused.fused_attention(query, key, value),
-        "causal left": lambda: fused.fused_attention(
+        "fused+lse": lambda: log_sum_exp.fused_attention(query, key, value),
+        "causal left": lambda: log_sum_exp.fused_attention(
             query[:, :, left:], key[:, :, : length - left], value[:, :, : length - left], is_causal=True
         ),
-        "causal right": lambda: fused.fused_attention(
+        "causal right": lambda: log_sum_exp.fused_attention(
             query[:, :, : length - right].flip(2),
             key[:, :, right:].flip(2),
             value[:, :, right:].flip(2),

@@ -14,7 +14,7 @@ from transformers import AutoModel
 import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tests.reference import reference_forward
-from tisa_hf.attention import banded, banded_padded, fused
+from tisa_hf.attention import banded, banded_padded, log_sum_exp
 from tisa_hf.kernels import TisaPositionBias, nonzero_band
 
 pytestmark = pytest.mark.core
@@ -195,12 +195,12 @@ def test_a_mask_cuda_cannot_read_in_place_is_copied_into_aligned_rows():
     is copied into rows of 32, one that starts on such a boundary is passed as it is."""
     table = torch.randn(1, HEADS, 5, 23)
     window = table[:, :, :, 2:21]
-    aligned = fused.cuda_aligned_mask(window)
+    aligned = log_sum_exp.cuda_aligned_mask(window)
     assert torch.equal(aligned, window)
     assert aligned.stride()[1:] == (5 * 32, 32, 1)
-    assert aligned.data_ptr() % (fused.CUDA_MASK_ALIGNMENT * 4) == 0
+    assert aligned.data_ptr() % (log_sum_exp.CUDA_MASK_ALIGNMENT * 4) == 0
     rows_of_32 = torch.randn(1, HEADS, 5, 32)[..., :19]
-    assert fused.cuda_aligned_mask(rows_of_32) is rows_of_32
+    assert log_sum_exp.cuda_aligned_mask(rows_of_32) is rows_of_32
 
 
 def routes_taken(monkeypatch, model, grad: bool = False, autocast: bool = False) -> set[attention.SdpaRoute]:

@@ -116,8 +116,13 @@ def test_demo_runs_offline_end_to_end(minilm, tmp_path, caplog, capsys):
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
 
 
+@requires_extra("analysis")
 def test_demo_with_no_kernels_plots_the_profiles_alone_and_still_checks_the_reload(minilm, tmp_path, capsys):
     """S = 0 in replace mode, the bag of words the README names: nothing to fit, the rest of the demo runs."""
+    import matplotlib.image
+
+    from tisa_hf.analysis.plots import FIGURE_DPI, FIGURE_WIDTH
+
     assert cli.main(["demo", "--out", str(tmp_path), "--kernels", "0", "--mode", "replace"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("Loaded minilm with TISA replace S=0 (no kernels to fit) in ")
