@@ -110,7 +110,8 @@ def test_plain_class_with_tisa_hf_and_checkpoints_without_the_attention_name_loa
     for loader, path in ((BertForSequenceClassification, tisa_dir), (AutoModelForSequenceClassification, unnamed)):
         loaded = loader.from_pretrained(path)
         assert type(loaded).__name__ == "TisaBertForSequenceClassification"
-        assert loaded.config._attn_implementation == "tisa_sdpa"
+        assert loaded.config._attn_implementation == "sdpa"
+        assert loaded.bert.encoder.layer[0].attention.self.config._attn_implementation == "tisa_sdpa"
         torch.testing.assert_close(logits(loaded, input_ids), logits(model, input_ids), rtol=0, atol=0)
 
 
