@@ -81,9 +81,14 @@ class TisaModelMixin:
 
     def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
         """Takes the kernel keys out of the missing ones (no load-report table for them): `from_pretrained`
-        decides what their absence means."""
-        self._tisa_missing_keys = {key for key in loading_info.missing_keys if _is_kernel_key(key)}
-        loading_info.missing_keys = set(loading_info.missing_keys) - self._tisa_missing_keys
+        decides what their absence means. Where the checkpoint holds none of the model's weights, nothing of it is
+        TISA's checkpoint: the kernels stay in transformers' report of missing weights, with all the others, and
+        start by their `init` as the others start by theirs."""
+        missing = set(loading_info.missing_keys)
+        kernel_keys = {key for key in missing if _is_kernel_key(key)}
+        self._tisa_nothing_loaded = bool(kernel_keys) and set(self.state_dict()) <= missing
+        self._tisa_missing_keys = set() if self._tisa_nothing_loaded else kernel_keys
+        loading_info.missing_keys = missing - self._tisa_missing_keys
         super()._adjust_missing_and_unexpected_keys(loading_info)
 
     @classmethod
@@ -127,7 +132,7 @@ class TisaModelMixin:
         missing = sorted(getattr(model, "_tisa_missing_keys", ()))
         base, adapter = model.base_model, adapter_for(model.config.model_type)
         tisa_config = tisa_config_of(model)
-        if saved is None or (missing and tisa_reinitialize):
+        if saved is None or model._tisa_nothing_loaded or (missing and tisa_reinitialize):
             initialize_tisa(base, adapter)
         elif missing:
             raise ValueError(
