@@ -32,20 +32,29 @@ def logit_scale(config, key_mask) -> torch.Tensor:
     return (lengths.log() / torch.tensor(float(train_length)).log()).clamp(min=1).float()
 
 
-def _attention_block(projections, hidden, key_mask, bias, heads, scale=None):
+def _attention_block(projections, hidden, key_mask, bias, heads, scale=None, causal=False, keys_from=None):
+    """Multi-head attention of `hidden`'s tokens to `keys_from`'s (cross-attention; by default their own), with
+    `bias` added to the logits and each query attending to no later key where `causal`. Masked logits are the dtype's
+    minimum, not -inf, so that a query with no key to attend to (a left pad of a decoder) gives finite values, which
+    the queries that do attend weight by exactly 0."""
+    keys_from = hidden if keys_from is None else keys_from
     batch, length, width = hidden.shape
     size = width // heads
 
     def split(x):
-        return x.view(batch, length, heads, size).transpose(1, 2)
+        return x.view(batch, x.shape[1], heads, size).transpose(1, 2)
 
-    q, k, v = (split(projection(hidden)) for projection in projections)
+    query, key, value = projections
+    q, k, v = split(query(hidden)), split(key(keys_from)), split(value(keys_from))
     scores = q @ k.transpose(-1, -2) / size**0.5
     if scale is not None:
         scores = scores * scale[:, None, None, None]
     if bias is not None:
         scores = scores + bias
-    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    allowed = key_mask[:, None, None, :]
+    if causal:
+        allowed = allowed & torch.ones(length, length, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     return (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, length, width)
 
 
@@ -63,8 +72,12 @@ def _position_rows(model_type: str, base, input_ids, key_mask, mode: str):
 
 
 @torch.no_grad()
-def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "add") -> torch.Tensor:
-    """Last hidden state of a (possibly TISA-patched) base encoder, from its weights."""
+def reference_forward(
+    model_type: str, base, input_ids, key_mask, mode: str = "add", encoder_states=None, encoder_mask=None
+) -> torch.Tensor:
+    """Last hidden state of a (possibly TISA-patched) base encoder, from its weights. A decoder (`is_decoder`, BERT's
+    layout) attends causally, and, with `encoder_states` (and their `encoder_mask`), to them through its
+    cross-attention layers, which have no positions and so no bias."""
     embeddings = base.embeddings
     hidden = embeddings.word_embeddings(input_ids) + _position_rows(model_type, base, input_ids, key_mask, mode)
     if model_type != "distilbert":
@@ -100,11 +113,18 @@ def reference_forward(model_type: str, base, input_ids, key_mask, mode: str = "a
             hidden = layer.output_layer_norm(layer.ffn.lin2(F.gelu(layer.ffn.lin1(attended))) + attended)
         return hidden
 
+    causal = base.config.is_decoder
     for index, layer in enumerate(base.encoder.layer):
         att = layer.attention.self
-        context = _attention_block((att.query, att.key, att.value), hidden, key_mask, bias(index), heads, scale)
+        projections = (att.query, att.key, att.value)
+        context = _attention_block(projections, hidden, key_mask, bias(index), heads, scale, causal)
         out = layer.attention.output
         attended = out.LayerNorm(hidden + out.dense(context))
+        if encoder_states is not None:
+            cross = layer.crossattention
+            projections = (cross.self.query, cross.self.key, cross.self.value)
+            context = _attention_block(projections, attended, encoder_mask, None, heads, keys_from=encoder_states)
+            attended = cross.output.LayerNorm(attended + cross.output.dense(context))
         ffn = layer.output.dense(F.gelu(layer.intermediate.dense(attended)))
         hidden = layer.output.LayerNorm(ffn + attended)
     return hidden

@@ -51,9 +51,11 @@ def tisa_checkpoint(tmp_path_factory):
 def test_tisa_checkpoints_load_whatever_is_imported_first(imports, tisa_checkpoint):
     code = imports.replace("PATH", repr(str(tisa_checkpoint))) + (
         f"\nmodel = AutoModelForSequenceClassification.from_pretrained({str(tisa_checkpoint)!r})"
-        "\nprint(type(model).__name__, model.config._attn_implementation, tisa_hf.tisa_config_of(model).num_kernels)"
+        "\nsite = model.bert.encoder.layer[0].attention.self"
+        "\nprint(type(model).__name__, model.config._attn_implementation, site.config._attn_implementation,"
+        " tisa_hf.tisa_config_of(model).num_kernels)"
     )
-    assert run_python(code) == "TisaBertForSequenceClassification tisa_sdpa 2"
+    assert run_python(code) == "TisaBertForSequenceClassification sdpa tisa_sdpa 2"
 
 
 def test_patch_works_when_only_model_code_was_imported():
@@ -61,6 +63,8 @@ def test_patch_works_when_only_model_code_was_imported():
         "import tisa_hf\nfrom transformers.models.bert.modeling_bert import BertConfig, BertModel\n"
         f"model = BertModel(BertConfig(**{TINY_SIZES!r}))\n"
         "tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=2, init='random'))\n"
-        "print(type(model).__name__, model.config.model_type, model.config._attn_implementation)"
+        "site = model.encoder.layer[0].attention.self\n"
+        "print(type(model).__name__, model.config.model_type, model.config._attn_implementation,"
+        " site.config._attn_implementation)"
     )
-    assert run_python(code) == "TisaBertModel tisa_hf_bert tisa_sdpa"
+    assert run_python(code) == "TisaBertModel tisa_hf_bert sdpa tisa_sdpa"

@@ -71,3 +71,24 @@ def test_missing_and_unused_encoder_weights_are_warnings_naming_them(tmp_path, c
     ]
     assert model.base_model_prefix == "bert"
     assert not logging.getLogger("transformers.modeling_utils").filters  # the table's filter is gone again
+
+
+HEADS = ("AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification", "AutoModelForTokenClassification")
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_from_pretrained_without_a_path_loads_the_state_dict(model_type, head, monkeypatch):
+    """`from_pretrained(None, config=..., state_dict=...)`, transformers' load of weights in memory, reads no file
+    and keeps the state dict's kernels (offline: the Hub would be an error)."""
+    import transformers
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    auto_class = getattr(transformers, head)
+    model = auto_class.from_config(tiny_config(model_type, tisa={"num_kernels": 2, "init": "random"})).eval()
+    loaded = type(model).from_pretrained(None, config=model.config, state_dict=model.state_dict()).eval()
+    input_ids = torch.randint(3, 99, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=input_ids)[0], model(input_ids=input_ids)[0])
+    without_kernels = {key: value for key, value in model.state_dict().items() if ".tisa." not in f".{key}"}
+    with pytest.raises(ValueError, match="^the state_dict declares TISA .* but its weights lack .*tisa.amplitude"):
+        type(model).from_pretrained(None, config=model.config, state_dict=without_kernels)

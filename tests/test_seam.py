@@ -112,7 +112,8 @@ def test_plain_class_with_tisa_hf_and_checkpoints_without_the_attention_name_loa
     for loader, path in ((BertForSequenceClassification, tisa_dir), (AutoModelForSequenceClassification, unnamed)):
         loaded = loader.from_pretrained(path)
         assert type(loaded).__name__ == "TisaBertForSequenceClassification"
-        assert loaded.config._attn_implementation == "tisa_sdpa"
+        assert loaded.config._attn_implementation == "sdpa"
+        assert loaded.bert.encoder.layer[0].attention.self.config._attn_implementation == "tisa_sdpa"
         torch.testing.assert_close(logits(loaded, input_ids), logits(model, input_ids), rtol=0, atol=0)
 
 
@@ -181,6 +182,18 @@ def test_missing_kernels_are_started_afresh_on_purpose(tisa_dir):
     assert model.base_model.tisa.center.abs().max() <= 64  # random centres lie in the fit window
 
 
+def test_a_checkpoint_without_any_weight_of_the_model_reports_the_kernels_missing_with_the_rest(tisa_dir):
+    """Not a TISA checkpoint that lost its kernels: nothing of the model is there (transformers' own common test of
+    missing weights saves such a file). transformers reports every weight missing, the kernels with them, and the
+    kernels start by their `init` as every other weight starts by its own."""
+    save_file({"tensor": torch.tensor([1, 2])}, tisa_dir / "model.safetensors", metadata={"format": "pt"})
+    model, info = AutoModelForSequenceClassification.from_pretrained(tisa_dir, output_loading_info=True)
+    assert set(model.state_dict()) <= set(info["missing_keys"])
+    assert {"bert.tisa.amplitude", "bert.tisa.sharpness", "bert.tisa.center"} <= set(info["missing_keys"])
+    amplitude = model.base_model.tisa.amplitude
+    assert torch.isfinite(amplitude).all() and amplitude.abs().sum() > 0  # init="random"
+
+
 def test_non_finite_kernels_are_refused_at_load(tisa_dir):
     weights = load_file(tisa_dir / "model.safetensors")
     weights["bert.tisa.amplitude"][0, 1, 0] = float("nan")
@@ -238,11 +251,15 @@ def test_attention_implementation_stays_tisa_when_switched():
     with torch.no_grad():
         sdpa = model(input_ids=input_ids).last_hidden_state
         model.set_attn_implementation("eager")
-        assert model.config._attn_implementation == "tisa_eager"
+        site = model.encoder.layer[0].attention.self
+        assert (model.config._attn_implementation, site.config._attn_implementation) == ("eager", "tisa_eager")
         eager = model(input_ids=input_ids).last_hidden_state
-        model.config._attn_implementation = "sdpa"  # even a direct assignment names TISA's function
-        assert model.config._attn_implementation == "tisa_sdpa"
+        model.config._attn_implementation = "sdpa"  # even after a direct assignment the sites run TISA's function
+        assert (model.config._attn_implementation, site.config._attn_implementation) == ("sdpa", "tisa_sdpa")
+        with tisa_hf.tisa_disabled(model):
+            plain = model(input_ids=input_ids).last_hidden_state
     torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=1e-4)
+    assert (plain - sdpa).abs().max() > 1e-4
 
 
 STOCK_MODEL_SCRIPT = """

@@ -16,6 +16,7 @@ from torch import nn
 from transformers import AutoModel, PreTrainedConfig, PreTrainedModel
 
 from .adapters import EncoderAdapter, find_base_model
+from .attention.sites import SiteConfig
 from .config import TisaConfig
 from .fitting import fit_kernels
 from .kernels import TisaPositionBias
@@ -74,13 +75,24 @@ class SequenceLengthCheck:
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         call = EmbeddingsCall(module, args, kwargs)
-        length = call.length() + (call.get("past_key_values_length") or 0)
+        length = call.length() + (call.get("cache_length") or call.get("past_key_values_length") or 0)
         if length > self.max_length:
             raise ValueError(
                 f"The input has {length} tokens but the position table holds {self.max_length}, and TISA "
                 "mode='add' keeps the position embeddings. Truncate the input, or use "
                 "TisaConfig(mode='replace'), which accepts any length."
             )
+
+
+def refuse_fixed_size_cache(base: PreTrainedModel, args: tuple, kwargs: dict) -> None:
+    """Decoder forward pre-hook: TISA reads a cached step's query positions as the last of the keys' (its bias rows),
+    which a cache of fixed size (`StaticCache`, whose keys are its whole length) does not give."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    if cache is not None and cache.is_compileable:
+        raise ValueError(
+            f"TISA decoders read the query's positions from the keys of a DynamicCache; this {type(cache).__name__} "
+            "holds keys of a fixed size. Generate with the default cache (a DynamicCache, no cache_implementation)."
+        )
 
 
 def tisa_bias_module(base: PreTrainedModel) -> TisaPositionBias | None:
@@ -135,10 +147,13 @@ def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
         scope = OffsetTablesPerForward()
         base.register_forward_pre_hook(scope.begin)
         base.register_forward_hook(scope.end, always_call=True)
+    if getattr(base.config, "is_decoder", False):
+        base.register_forward_pre_hook(refuse_fixed_size_cache, with_kwargs=True)
     adapter.prepare(base)
     for site in adapter.attention_sites(base):
         # A plain attribute, not a submodule: the site points back at the encoder that owns the kernels.
         object.__setattr__(site.module, SITE_ATTRIBUTE, replace(site, encoder=base))
+        site.module.config = SiteConfig(base.config)
 
 
 def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:

@@ -187,6 +187,15 @@ class TisaPositionBias(nn.Module):
         self._cache[layer] = (key, bias)
         return bias
 
+    def rows(self, layer: int, query_length: int, key_length: int, dtype: torch.dtype) -> torch.Tensor:
+        """The (1, heads, query_length, key_length) bias of queries at the last `query_length` of `key_length`
+        positions (a step on a KV cache): rows key_length - query_length .. key_length - 1 of the layer's bias at
+        `key_length`, built without the rows above them. A square call is `forward` itself."""
+        if query_length == key_length:
+            return self(layer, key_length, dtype)
+        bias = toeplitz_from_offsets(self.offset_values(layer, key_length, dtype), key_length)
+        return bias[..., key_length - query_length :, :].unsqueeze(0)
+
     def _build(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
         return toeplitz_from_offsets(self.offset_values(layer, length, dtype), length).unsqueeze(0)
 

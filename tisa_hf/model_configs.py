@@ -60,8 +60,10 @@ class TisaConfigMixin:
 
     @_attn_implementation.setter
     def _attn_implementation(self, value: str | dict | None) -> None:
-        """A TISA config only ever names TISA's attention functions: `sdpa` is stored as `tisa_sdpa`."""
-        self._attn_implementation_internal = tisa_implementation(value) if isinstance(value, str) else value
+        """A TISA config names the backend as transformers does (`sdpa`, also for `tisa_sdpa`): code that branches on
+        the name (`== "sdpa"`) reads a TISA model as the backend it runs. Its attention sites read TISA's function
+        for the name (`attention.sites.SiteConfig`)."""
+        self._attn_implementation_internal = plain_implementation(value) if isinstance(value, str) else value
 
     @property
     def output_attentions(self) -> bool:
@@ -148,7 +150,7 @@ def tisa_model_config(config: PreTrainedConfig, tisa: TisaConfig | dict | bool |
     adapter = adapter_for(config.model_type)
     new = tisa_config_class(adapter.config_class).from_dict(_architecture_settings(config))
     new.tisa = tisa
-    new._attn_implementation_internal = config._attn_implementation
+    new._attn_implementation = config._attn_implementation
     return new
 
 

@@ -8,7 +8,8 @@ transformers' classes and registered with `AutoConfig` and the `AutoModel*` clas
   without tisa_hf, with transformers' own error naming that model type, instead of loading silently without its
   kernels; with `import tisa_hf` the Auto classes load it as it was saved. `trust_remote_code` is never needed.
 - The config carries `tisa` (a `TisaConfig`; a dict in config.json); the model classes are transformers' classes
-  plus the kernel module, the attention sites and TISA's attention implementations (`tisa_sdpa` for `sdpa`, ...).
+  plus the kernel module and the attention sites, which run TISA's attention function for the backend the config
+  names as transformers does (`tisa_sdpa` for `sdpa`, ...; `attention.sites.SiteConfig`).
 - Loading is strict: kernels missing from a TISA checkpoint, or holding NaN or inf values, are errors, and a
   `tisa=` that contradicts the checkpoint's own settings is refused before any weights are read. Converting a
   plain checkpoint (`tisa=` on a config without TISA) initialises the kernels quietly, with one INFO line.
@@ -36,7 +37,7 @@ from .model_configs import (
     tisa_model_config,
     transformers_base_class,
 )
-from .names import BIAS_ATTRIBUTE, plain_implementation, tisa_implementation
+from .names import BIAS_ATTRIBUTE, plain_implementation
 
 logger = logging.getLogger(__name__)
 
@@ -62,21 +63,32 @@ class TisaModelMixin:
     def _check_and_adjust_attn_implementation(
         self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
     ) -> str:
-        """Maps the requested backend to TISA's own function for it (`sdpa` -> `tisa_sdpa`)."""
+        """transformers' check of the requested backend (TISA's name for it, `tisa_sdpa`, read as `sdpa`), refusing
+        the backends that cannot add a bias to the logits."""
         requested = plain_implementation(attn_implementation)
         if requested is not None and is_flash_attention_requested(requested_attention_implementation=requested):
             raise ValueError(
                 f"TISA adds a bias to the attention logits, which attn_implementation={requested!r} cannot take. "
                 "Load the model with attn_implementation='sdpa' (or 'eager', 'flex_attention')."
             )
-        checked = super()._check_and_adjust_attn_implementation(requested, is_init_check, allow_all_kernels)
-        return tisa_implementation(checked)
+        if requested == "flex_attention" and getattr(self.config, "is_decoder", False):
+            raise ValueError(
+                "A TISA decoder (is_decoder=True) runs with attn_implementation='sdpa' or 'eager': transformers' "
+                "causal block mask for flex attention does not mask this model causally. Load it with "
+                "attn_implementation='sdpa'."
+            )
+        return super()._check_and_adjust_attn_implementation(requested, is_init_check, allow_all_kernels)
 
     def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
         """Takes the kernel keys out of the missing ones (no load-report table for them): `from_pretrained`
-        decides what their absence means."""
-        self._tisa_missing_keys = {key for key in loading_info.missing_keys if _is_kernel_key(key)}
-        loading_info.missing_keys = set(loading_info.missing_keys) - self._tisa_missing_keys
+        decides what their absence means. Where the checkpoint holds none of the model's weights, nothing of it is
+        TISA's checkpoint: the kernels stay in transformers' report of missing weights, with all the others, and
+        start by their `init` as the others start by theirs."""
+        missing = set(loading_info.missing_keys)
+        kernel_keys = {key for key in missing if _is_kernel_key(key)}
+        self._tisa_nothing_loaded = bool(kernel_keys) and set(self.state_dict()) <= missing
+        self._tisa_missing_keys = set() if self._tisa_nothing_loaded else kernel_keys
+        loading_info.missing_keys = missing - self._tisa_missing_keys
         super()._adjust_missing_and_unexpected_keys(loading_info)
 
     @classmethod
@@ -94,23 +106,21 @@ class TisaModelMixin:
         """
         wants_info = kwargs.pop("output_loading_info", False)
         hub_kwargs = {name: kwargs[name] for name in HUB_KWARGS if name in kwargs}
-        saved = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)[0].get("tisa")
         config = kwargs.pop("config", None)
+        saved = _saved_tisa_settings(pretrained_model_name_or_path, config, hub_kwargs)
+        source = "the state_dict" if pretrained_model_name_or_path is None else pretrained_model_name_or_path
         if isinstance(config, PreTrainedConfig):
             config = tisa_model_config(config, tisa if tisa is not None else getattr(config, "tisa", None) or saved)
         elif tisa is not None:
             kwargs["tisa"] = tisa
         requested = getattr(config, "tisa", None) or (TisaConfig.from_value(tisa) if tisa else saved)
         if requested is None:
-            raise ValueError(
-                f"{pretrained_model_name_or_path} has no TISA settings: pass tisa=tisa_hf.TisaConfig(...) to "
-                "convert it."
-            )
+            raise ValueError(f"{source} has no TISA settings: pass tisa=tisa_hf.TisaConfig(...) to convert it.")
         if saved is not None and (
             TisaConfig.from_value(saved).kernel_settings() != TisaConfig.from_value(requested).kernel_settings()
         ):
             raise ValueError(
-                f"{pretrained_model_name_or_path} was saved with TISA {TisaConfig.from_value(saved)}, and its kernels "
+                f"{source} was saved with TISA {TisaConfig.from_value(saved)}, and its kernels "
                 f"belong to those settings; tisa= asks for {TisaConfig.from_value(requested)}. Load it without tisa= "
                 f"(or change only {', '.join(READING_SETTINGS)}), or convert the plain checkpoint it came from."
             )
@@ -122,17 +132,26 @@ class TisaModelMixin:
         missing = sorted(getattr(model, "_tisa_missing_keys", ()))
         base, adapter = model.base_model, adapter_for(model.config.model_type)
         tisa_config = tisa_config_of(model)
-        if saved is None or (missing and tisa_reinitialize):
+        if saved is None or model._tisa_nothing_loaded or (missing and tisa_reinitialize):
             initialize_tisa(base, adapter)
         elif missing:
             raise ValueError(
-                f"{pretrained_model_name_or_path} declares TISA {tisa_config} but its weights lack "
+                f"{source} declares TISA {tisa_config} but its weights lack "
                 f"{', '.join(missing)}. Pass tisa_reinitialize=True to start the kernels afresh (init="
                 f"{tisa_config.init!r}) on purpose, or use a checkpoint that holds them."
             )
         else:
-            check_finite_kernels(base, f"loaded from {pretrained_model_name_or_path}")
+            check_finite_kernels(base, f"loaded from {source}")
         return (model, info) if wants_info else model
+
+
+def _saved_tisa_settings(path, config: PreTrainedConfig | None, hub_kwargs: dict) -> dict | TisaConfig | None:
+    """The TISA settings the weights were saved with: those of the checkpoint's config.json, or, without a path
+    (`from_pretrained(None, config=..., state_dict=...)`), those of the given config, whose weights the state dict
+    holds."""
+    if path is None:
+        return config.tisa if isinstance(config, TisaConfigMixin) else None
+    return PreTrainedConfig.get_config_dict(path, **hub_kwargs)[0].get("tisa")
 
 
 def _is_kernel_key(key: str) -> bool:

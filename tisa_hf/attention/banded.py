@@ -37,6 +37,7 @@ class BandedRoute(SdpaRoute):
     def applies(self, call: SdpaCall) -> bool:
         return (
             call.layer is not None
+            and not call.in_decoder
             and call.is_long_inference()
             and takes_banded_path(
                 call.kernels, call.layer, call.query, call.key, call.bias_dtype, call.dropout, call.kwargs

@@ -23,11 +23,13 @@ class BlockwiseRoute(SdpaRoute):
     name = "blockwise SDPA"
 
     def applies(self, call: SdpaCall) -> bool:
-        return call.is_long_inference()
+        return call.is_square and call.is_long_inference()
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         bias = ToeplitzBias(call.kernels.offset_values(call.layer, call.length, call.bias_dtype), call.length)
-        output = blockwise_biased_sdpa(call.query, call.key, call.value, call.mask, bias, call.dropout, call.scaling)
+        output = blockwise_biased_sdpa(
+            call.query, call.key, call.value, call.mask, bias, call.dropout, call.scaling, call.masks_causally_itself()
+        )
         return output.transpose(1, 2).contiguous(), None
 
     def describe(self, call: SdpaCall) -> str:
@@ -80,13 +82,17 @@ def blockwise_biased_sdpa(
     bias: ToeplitzBias,
     dropout: float,
     scale: float | None,
+    causal: bool = False,
 ) -> torch.Tensor:
-    """SDPA over blocks of query rows, each with its own rows of `bias` merged into `mask`: (B, H, n, d)."""
+    """SDPA over blocks of query rows, each with its own rows of `bias` merged into `mask` (and causally masked where
+    `causal`): (B, H, n, d)."""
     batch, heads, length = query.shape[0], query.shape[1], query.shape[2]
     row_bytes = batch * heads * key.shape[2] * bias.values.element_size()
     outputs = []
     for start, stop, rows in bias.row_blocks(blockwise_rows(length, row_bytes, query.device)):
         block_mask = mask[..., start:stop, :] if mask is not None and mask.shape[-2] > 1 else mask
+        if causal:
+            rows = logits.causally_masked(rows, start)
         block_bias = logits.merge_bias(block_mask, rows)
         if block_bias.device.type != "cpu":
             # The CPU's fused attention kernel reads a block's window into the band in place. CUDA's memory-efficient

@@ -44,7 +44,8 @@ def tisa_eager_attention_forward(
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
     if kernels is not None:
-        attention_mask = logits.merge_bias(attention_mask, kernels(layer, query.shape[2], bias_dtype(query)))
+        causal = logits.masks_causally_itself(module, kwargs.get("is_causal"), attention_mask, query)
+        attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal)
     # transformers has no shared eager function (each model file has its own copy); this is that same computation.
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling

@@ -8,6 +8,7 @@ import math
 import torch
 from torch import nn
 
+from ..errors import UsageError
 from .sites import site_of
 
 
@@ -26,6 +27,11 @@ def length_scaled_query(module: nn.Module, query: torch.Tensor, mask: torch.Tens
     train_length = length_scale_from(module)
     if train_length is None or query.shape[2] <= train_length:
         return query
+    if getattr(module, "is_causal", False):
+        raise UsageError(
+            "TisaConfig.length_scale_from scales by each sequence's length, which a decoder's causal queries do not "
+            "share: set length_scale_from=None for a decoder (is_decoder=True)."
+        )
     if mask is None:
         lengths = torch.full((query.shape[0],), query.shape[2], device=query.device)
     elif mask.dtype == torch.bool:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..kernels import TisaPositionBias
-from . import backends
+from . import backends, logits
 from .logits import bias_dtype
 
 # The dtypes of PyTorch's fused attention kernels that return a log-sum-exp (the trainable-bias and banded routes), and
@@ -47,6 +47,25 @@ class SdpaCall:
     @property
     def bias_dtype(self) -> torch.dtype:
         return bias_dtype(self.query)
+
+    @property
+    def in_decoder(self) -> bool:
+        """Whether the module is a decoder's self-attention, whose calls are causal."""
+        return bool(getattr(self.module, "is_causal", False))
+
+    @property
+    def is_square(self) -> bool:
+        """As many queries as keys: no step on a KV cache."""
+        return self.key.shape[2] == self.length
+
+    def masks_causally_itself(self) -> bool:
+        """Whether the route must add the causal mask itself (`logits.masks_causally_itself`)."""
+        return logits.masks_causally_itself(self.module, self.is_causal, self.mask, self.query)
+
+    def biased_mask(self) -> torch.Tensor:
+        """The call's additive mask with its layer's bias (`logits.biased_mask`)."""
+        causal = self.masks_causally_itself()
+        return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal)
 
     def takes_fused_arguments(self) -> bool:
         """Whether the call has none of the arguments the fused attention kernels cannot take."""

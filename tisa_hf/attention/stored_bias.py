@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from . import logits
 from .route import SdpaCall, SdpaRoute
 
 
@@ -39,7 +38,7 @@ class StoredBiasRoute(SdpaRoute):
         return True
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
-        mask = logits.merge_bias(call.mask, call.kernels(call.layer, call.length, call.bias_dtype))
+        mask = call.biased_mask()
         query = query_for_bias_only_backward(call.query, call.key, call.value, mask)
         return sdpa_attention_forward(
             call.module,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import backends, logits
+from . import backends
 from .route import FUSED_DTYPES, SdpaCall, SdpaRoute, stand_in_bias
 
 
@@ -21,7 +21,7 @@ class TrainableBiasRoute(SdpaRoute):
         )
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
-        mask = logits.merge_bias(call.mask, call.kernels(call.layer, call.length, call.bias_dtype))
+        mask = call.biased_mask()
         scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
         output = TrainableBiasAttention.apply(call.query, call.key, call.value, mask, scale)
         return output.transpose(1, 2).contiguous(), None
