@@ -164,6 +164,25 @@ def test_a_model_on_the_fused_route_equals_the_stored_bias_route(monkeypatch):
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
+def test_decoders_leave_the_fused_route_for_one_that_masks_causally(monkeypatch):
+    """The kernels have no causal mask: a decoder's self-attention, which transformers hands no mask, takes the
+    routes that add it, and gives the causal reference under the fused policy."""
+    from reference import reference_forward
+
+    from tests.test_decoders import decoder, hidden_states, token_ids
+
+    model = decoder("bert").to(DEVICE)
+    taken = []
+    run = attention.FUSED.run
+    monkeypatch.setattr(type(attention.FUSED), "run", lambda self, call: taken.append(call) or run(call))
+    input_ids = token_ids(model.config).to(DEVICE)
+    with torch.no_grad():
+        got = hidden_states(model, input_ids, tisa_sdpa_policy=attention.FUSED_SDPA_POLICY)
+    expected = reference_forward("bert", model.base_model, input_ids, torch.ones_like(input_ids, dtype=torch.bool))
+    assert taken == []
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
 def test_the_fused_route_compiles_into_one_graph():
     """torch.compile(fullgraph=True) with the fused route forced: one graph, no break, each attention call one
     operator node forward and backward, and the eager route's output and kernel gradients."""

@@ -2,9 +2,10 @@
 (H, 2n-1) offset table inside its tiles and reduces the table's gradient inside its backward, with attention dropout
 and the padding mask; nothing of (B, H, n, n) is stored, forward or backward.
 
-It applies to CUDA tensors (and to CPU tensors under Triton's interpreter, for the tests) of the dtypes and head sizes
-the kernels take, with a boolean padding mask (transformers' sdpa mask). It is in the default policy only where
-`TISA_HF_FUSED_ATTENTION=1` is set (`policy.py`) until GPU measurements choose it by speed (docs/performance.md).
+It applies to encoders' CUDA tensors (and to CPU tensors under Triton's interpreter, for the tests) of the dtypes and
+head sizes the kernels take, with a boolean padding mask (transformers' sdpa mask). It is in the default policy
+only where `TISA_HF_FUSED_ATTENTION=1` is set (`policy.py`) until GPU measurements choose it by speed
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class FusedRoute(SdpaRoute):
         query, key, value = call.query, call.key, call.value
         return (
             call.kernels is not None
+            and not call.in_decoder  # the kernels have no causal mask: decoders take the routes that add it
             and TRITON_FOUND
             and (query.device.type == "cuda" or (query.device.type == "cpu" and fused_op.TRITON_INTERPRETED))
             and query.dtype in FUSED_KERNEL_DTYPES
