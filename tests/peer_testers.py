@@ -23,6 +23,7 @@ class Architecture:
     prefix: str
     causal_lm: str | None = None
     token_types: bool = True
+    hidden_size_name: str = "hidden_size"  # as the config's JSON names it
 
     def common_heads(self) -> tuple[str, ...]:
         """The heads transformers' common suite runs on: the encoder alone, a head tied to its embeddings, a pooled
@@ -37,7 +38,7 @@ ARCHITECTURES = (
     Architecture("xlm-roberta", "XLMRoberta", "ForCausalLM"),
     Architecture("albert", "Albert"),
     Architecture("electra", "Electra", "ForCausalLM"),
-    Architecture("distilbert", "DistilBert", token_types=False),
+    Architecture("distilbert", "DistilBert", token_types=False, hidden_size_name="dim"),
 )
 # What the testers run: the stock classes, or the TISA classes in one mode.
 VARIANTS = ("stock", "add", "replace")
@@ -78,7 +79,12 @@ class EncoderModelTester:
 
     def prepare_config_and_inputs(self) -> tuple:
         shape = (self.batch_size, self.seq_length)
-        inputs = {"input_ids": ids_tensor(shape, self.vocab_size, self.generator)}
+        config = self.get_config()
+        ids = ids_tensor(shape, self.vocab_size, self.generator)
+        # No padding token among the ids, which an attention mask covers instead: RoBERTa numbers the positions of
+        # input ids past their padding tokens, and those of input embeddings without (`test_inputs_embeds_matches_*`).
+        ids[ids == config.pad_token_id] = config.pad_token_id + 1
+        inputs = {"input_ids": ids}
         if self.architecture.token_types:
             inputs["token_type_ids"] = ids_tensor(shape, self.type_vocab_size, self.generator)
         mask = ids_tensor(shape, 2, self.generator)
@@ -89,7 +95,7 @@ class EncoderModelTester:
             "token": ids_tensor(shape, self.num_labels, self.generator),
             "choice": ids_tensor((self.batch_size,), self.num_choices, self.generator),
         }
-        return self.get_config(), inputs, labels
+        return config, inputs, labels
 
     def prepare_config_and_inputs_for_common(self) -> tuple:
         config, inputs, _ = self.prepare_config_and_inputs()

@@ -48,7 +48,8 @@ class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
     def setUp(self):
         self.model_tester = EncoderModelTester(self, self.architecture, self.variant)
         config_class = type(self.model_tester.get_config())
-        self.config_tester = test_configuration_common.ConfigTester(self, config_class=config_class, hidden_size=37)
+        size = {self.architecture.hidden_size_name: 37}
+        self.config_tester = test_configuration_common.ConfigTester(self, config_class=config_class, **size)
 
     def test_config(self):
         self.config_tester.run_common_tests()
