@@ -25,7 +25,7 @@ from . import logits
 from .flex import flex_refusal, offset_table_flex_attention
 from .length_scale import length_scale_from, length_scaled_query
 from .logits import bias_dtype
-from .policy import DEFAULT_SDPA_POLICY, SDPA_POLICY_KWARG
+from .policy import SDPA_POLICY_KWARG, call_policy
 from .route import SdpaCall
 from .sites import site_kernels
 
@@ -46,13 +46,7 @@ def tisa_eager_attention_forward(
     if kernels is not None:
         causal = logits.masks_causally_itself(module, kwargs.get("is_causal"), attention_mask, query)
         attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal)
-    # transformers has no shared eager function (each model file has its own copy); this is that same computation.
-    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
-    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        weights = weights + attention_mask
-    weights = nn.functional.dropout(weights.softmax(-1), p=dropout, training=module.training)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+    return logits.math_attention(query, key, value, attention_mask, scaling, dropout, module.training)
 
 
 def tisa_sdpa_attention_forward(
@@ -67,7 +61,7 @@ def tisa_sdpa_attention_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention with the layer's TISA bias, on the route its policy chooses (`policy.py`)."""
-    policy = kwargs.pop(SDPA_POLICY_KWARG, None) or DEFAULT_SDPA_POLICY
+    policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy()
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
     call = SdpaCall(query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs)

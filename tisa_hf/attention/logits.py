@@ -1,15 +1,15 @@
 """What TISA's bias adds to the attention logits: their dtype, the bias rows of a call's queries, the causal mask a
-call without one needs, and the bias merged with the padding mask."""
+call without one needs, the bias merged with the padding mask, and attention computed from the logits in plain
+operators."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from ..kernels import TisaPositionBias
 
 
@@ -65,3 +65,20 @@ def biased_mask(
     if causal:
         bias = causally_masked(bias, keys - queries)
     return merge_bias(mask, bias)
+def math_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float | None,
+    dropout: float,
+    training: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ · scaling + mask) v in plain operators: the output (B, n, H, d) and the probabilities. transformers
+    has no shared eager function (each model file has its own copy); this is that same computation."""
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if mask is not None:
+        weights = weights + mask
+    weights = nn.functional.dropout(weights.softmax(-1), p=dropout, training=training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights

@@ -2,9 +2,9 @@
 
 The default order: transformers' sdpa where the layer has no TISA kernels; for long inputs without gradients, banded
 where the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
-would push PyTorch off its fused attention kernel; SDPA with the stored bias for everything else. A model call may pass
-another policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side
-so).
+would push PyTorch off its fused attention kernel; SDPA with the stored bias for everything else. A traced call
+(`torch.export`, `torch.onnx.export`, `torch.jit.trace`) takes the traced policy instead. A model call may pass another
+policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side so).
 
 The fused route (`fused_route.py`, a Triton kernel pair) comes right after the plain route in `FUSED_SDPA_POLICY`;
 that policy is the default only where the environment variable `TISA_HF_FUSED_ATTENTION=1` is set when `tisa_hf` is
@@ -23,11 +23,13 @@ from .blockwise import BlockwiseRoute
 from .fused_route import FusedRoute
 from .route import SdpaCall, SdpaRoute
 from .stored_bias import PlainRoute, StoredBiasRoute
+from .traced import TracedTrainableBiasRoute
 from .trainable_bias import TrainableBiasRoute
 
 PLAIN, BANDED, BLOCKWISE = PlainRoute(), BandedRoute(), BlockwiseRoute()
 TRAINABLE_BIAS, STORED_BIAS = TrainableBiasRoute(), StoredBiasRoute()
 FUSED = FusedRoute()
+TRACED_TRAINABLE_BIAS = TracedTrainableBiasRoute()
 # The keyword argument of a model call that carries its policy down to every attention call.
 SDPA_POLICY_KWARG = "tisa_sdpa_policy"
 
@@ -54,6 +56,24 @@ FUSED_SDPA_POLICY = SdpaPolicy((PLAIN, FUSED, *STANDARD_SDPA_POLICY.routes[1:]))
 # The environment variable that makes the fused route part of the default policy ("1"; read once, at import).
 FUSED_OPT_IN = "TISA_HF_FUSED_ATTENTION"
 DEFAULT_SDPA_POLICY = FUSED_SDPA_POLICY if os.environ.get(FUSED_OPT_IN) == "1" else STANDARD_SDPA_POLICY
+# A traced program must run on every device and exporter, and at every length its dynamic shapes allow: a bias that
+# trains in plain operators (`traced.py`), any other stored in PyTorch's own `scaled_dot_product_attention`, which each
+# device and ONNX lower themselves. The other routes call one device's fused kernel by name (trainable-bias, banded:
+# `_scaled_dot_product_flash_attention_for_cpu`, which has no gradient for its mask, so that the program fails when
+# called with grad mode on) or choose by the example's length (banded, blockwise), which the program would keep.
+TRACED_SDPA_POLICY = SdpaPolicy((PLAIN, TRACED_TRAINABLE_BIAS, STORED_BIAS))
+
+
+def is_tracing() -> bool:
+    """Whether this call is being traced into a program run elsewhere: `torch.export` (and `torch.onnx.export`'s
+    `dynamo=True`, built on it), or TorchScript's tracer (the older `torch.onnx.export`). `torch.compile` is not:
+    its graph runs in this process, on this device, and keeps the eager routes."""
+    return torch.compiler.is_exporting() or torch.jit.is_tracing()
+
+
+def call_policy() -> SdpaPolicy:
+    """The policy of a call that names none: the traced policy while tracing, else the default."""
+    return TRACED_SDPA_POLICY if is_tracing() else DEFAULT_SDPA_POLICY
 
 
 def sdpa_route(
