@@ -65,6 +65,8 @@ def biased_mask(
     if causal:
         bias = causally_masked(bias, keys - queries)
     return merge_bias(mask, bias)
+
+
 def math_attention(
     query: torch.Tensor,
     key: torch.Tensor,
