@@ -139,3 +139,12 @@ def test_a_plain_model_is_not_asked_past_its_table(minilm, tmp_path, capsys):
         "tisa-hf encode: max_seq_length 1000 is longer than the position table (512 positions) and the model has "
         "no TISA; ask for at most 512, or convert with TisaConfig(mode='replace'), which reads any length."
     ]
+
+
+def test_each_part_logs_the_rate_and_the_time_left(tmp_path):
+    """The line each finished part logs: documents done, the rate over the run, and the time left at that rate."""
+    from tisa_hf.embeddings.encode import PartState
+
+    state = PartState(tmp_path, {"input": "corpus.jsonl"}, overwrite=False)
+    state.add_part(documents=40, tokens_read=20_000, documents_cut=0, wall_time_s=20.0)
+    assert state.progress(1_000) == "40/1000 documents, 2.00 documents a second, 1000 tokens a second, 08:00 left"

@@ -113,6 +113,17 @@ class PartState:
             "tokens_per_s": round(self.record["tokens_read"] / seconds, 1),
         }
 
+    def progress(self, total: int) -> str:
+        """Documents done of `total`, the rate and the time left at that rate, for the line each part logs."""
+        from tqdm import tqdm  # here: the command's extra brings it
+
+        done, rate = self.record["documents"], self.throughput()
+        left = (total - done) / rate["documents_per_s"] if rate["documents_per_s"] else 0.0
+        return (
+            f"{done}/{total} documents, {rate['documents_per_s']:.2f} documents a second, "
+            f"{rate['tokens_per_s']:.0f} tokens a second, {tqdm.format_interval(left)} left"
+        )
+
 
 def part_path(out: Path, index: int) -> Path:
     return out / PARTS_FOLDER / f"{index:05d}.npy"
@@ -145,11 +156,7 @@ def encode_in_parts(
             encoded, tokens_read, documents_cut, elapsed = work(model, texts, pool=pool)
             keep(part, encoded)
             state.add_part(len(texts), tokens_read, documents_cut, elapsed)
-            logger.info(
-                "part %d/%d: %d/%d documents, %.2f documents a second, %.0f tokens a second",
-                part + 1, len(starts), state.record["documents"], len(documents),
-                *state.throughput().values(),
-            )  # fmt: skip
+            logger.info("part %d/%d: %s", part + 1, len(starts), state.progress(len(documents)))
     finally:
         if pool is not None:
             model.stop_multi_process_pool(pool)

@@ -117,7 +117,9 @@ def encode_parts_on_ray(
                 state.add_part(int(row["documents"]), int(row["tokens_read"]), int(row["documents_cut"]), now - last)
                 last = now
                 logger.info(
-                    "part %d/%d on %d actors: %d/%d documents, %.2f documents a second, %.0f tokens a second",
-                    row["part"] + 1, len(starts), len(actors), state.record["documents"], len(documents),
-                    *state.throughput().values(),
-                )  # fmt: skip
+                    "part %d/%d on %d actors: %s",
+                    row["part"] + 1,
+                    len(starts),
+                    len(actors),
+                    state.progress(len(documents)),
+                )
