@@ -17,6 +17,8 @@ from tests.fixtures import tiny_config
 from tests.reference import reference_forward
 from tests.test_attention import make_inputs
 
+pytestmark = pytest.mark.core
+
 
 def tisa_model(model_type="bert", attn="sdpa"):
     torch.manual_seed(0)

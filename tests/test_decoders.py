@@ -9,12 +9,19 @@ import dataclasses
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, StaticCache
+from transformers.modeling_outputs import CausalLMOutputWithCrossAttentions
 
 from tests.fixtures import tiny_config
 from tests.reference import reference_forward
 from tisa_hf.errors import UsageError
 
+pytestmark = pytest.mark.core
+
 DECODER_TYPES = ("bert", "roberta")
+# The KV cache's name in a call and its output: `cache` from transformers 5.24, `past_key_values` before.
+CACHE = (
+    "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithCrossAttentions)} else "past_key_values"
+)
 BACKENDS = ("eager", "sdpa")
 MODES = ("add", "replace")
 
@@ -75,8 +82,8 @@ def test_cached_steps_equal_the_full_pass(model_type, mode, attn):
     with torch.no_grad():
         full = model(input_ids, use_cache=False).logits
         for prefix in (7, 9):
-            cache = model(input_ids[:, :prefix], use_cache=True).cache
-            step = model(input_ids[:, prefix:], cache=cache, use_cache=True).logits
+            cache = getattr(model(input_ids[:, :prefix], use_cache=True), CACHE)
+            step = model(input_ids[:, prefix:], **{CACHE: cache}, use_cache=True).logits
             torch.testing.assert_close(step, full[:, prefix:], atol=1e-5, rtol=1e-4)
         prompt = input_ids[:, :4]
         cached = model.generate(prompt, max_new_tokens=8, do_sample=False)
@@ -152,7 +159,7 @@ def test_a_fixed_size_cache_is_refused_in_one_line():
     input_ids = token_ids(model.config)
     cache = StaticCache(config=model.config, max_cache_len=16)
     with pytest.raises(ValueError, match=r"^TISA decoders read .*DynamicCache; this StaticCache .*default cache"):
-        model(input_ids, cache=cache, use_cache=True)
+        model(input_ids, **{CACHE: cache}, use_cache=True)
 
 
 def test_add_mode_decoder_stops_at_the_position_table_with_the_fix():
@@ -160,12 +167,12 @@ def test_add_mode_decoder_stops_at_the_position_table_with_the_fix():
     model = decoder("bert", max_position_embeddings=12)
     input_ids = token_ids(model.config, batch=1)
     with torch.no_grad():
-        cache = model(input_ids, use_cache=True).cache
+        cache = getattr(model(input_ids, use_cache=True), CACHE)
         with pytest.raises(ValueError, match="^The input has 13 tokens but the position table holds 12.*'replace'"):
-            model(input_ids[:, :3], cache=cache, use_cache=True)
+            model(input_ids[:, :3], **{CACHE: cache}, use_cache=True)
         replace = decoder("bert", "replace", max_position_embeddings=12)
-        cache = replace(input_ids, use_cache=True).cache
-        assert replace(input_ids[:, :3], cache=cache, use_cache=True).logits.isfinite().all()
+        cache = getattr(replace(input_ids, use_cache=True), CACHE)
+        assert replace(input_ids[:, :3], **{CACHE: cache}, use_cache=True).logits.isfinite().all()
 
 
 def test_length_scaling_is_refused_for_decoders():

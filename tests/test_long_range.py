@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModel
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import requires_extra, tiny_config
 from tests.reference import reference_forward
 from tisa_hf.kernels import TisaPositionBias
 
@@ -172,6 +172,7 @@ def test_length_scale_and_far_field_are_checked():
         tisa_hf.TisaConfig(length_scale_from=1)
 
 
+@requires_extra("finetune")
 def test_report_rows_name_the_far_field_term():
     from tisa_hf.experiments.variants import variant_label
 

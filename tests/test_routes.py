@@ -10,7 +10,7 @@ from test_attention import make_inputs
 from transformers import AutoModel
 
 import tisa_hf.attention as attention
-from tests.fixtures import RecordingRoute, tiny_config
+from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
 from tisa_hf.performance import env as routes
@@ -199,6 +199,7 @@ def test_a_new_route_is_an_object_in_a_policy(monkeypatch):
     )
 
 
+@requires_extra("analysis")
 def test_bench_times_the_fused_route_against_stock_sdpa_on_cuda_only():
     from tisa_hf.performance import bench, cases
 
