@@ -67,11 +67,12 @@ def models(tmp_path_factory):
     return root
 
 
-def evaluate(models, out, *specs, extra=()):
+def evaluate(models, out, *specs, extra=(), status=0):
+    """`tisa-hf lm-eval`'s record, where it finishes; `status` 130 for a run interrupted by Ctrl-C."""
     argv = [*specs, "--teacher", str(models / "teacher"), "--text", str(models / "test.txt"), "--out", str(out)]
     argv += ["--lengths", *map(str, LENGTHS), "--max-tokens", str(MAX_TOKENS), "--batch-tokens", "100", *extra]
-    assert lm_eval_main(argv) == 0
-    return json.loads((out / lm_eval.RESULTS_FILE).read_text())
+    assert lm_eval_main(argv) == status
+    return json.loads((out / lm_eval.RESULTS_FILE).read_text()) if status == 0 else None
 
 
 def blocks_and_masks(models, length):
@@ -210,8 +211,8 @@ def test_an_interrupted_evaluation_resumes_to_an_uninterrupted_ones_results(mode
 
     monkeypatch.setattr(lm_eval, "load_model", killed_after_one_model)
     out = tmp_path / "out"
-    with caplog.at_level(logging.INFO, logger="tisa_hf"), pytest.raises(KeyboardInterrupt):
-        evaluate(models, out, *specs, extra=extra)
+    with caplog.at_level(logging.INFO, logger="tisa_hf"):
+        evaluate(models, out, *specs, extra=extra, status=130)
     assert not (out / lm_eval.RESULTS_FILE).exists()
     assert "at 64 tokens: masked-token loss" in caplog.text  # a line per cell when no bar is shown
     saved = json.loads((out / PROGRESS_FILE).read_text())

@@ -129,6 +129,10 @@ def input_digest(path: str, text_field: str) -> str:
 
 
 def check_encode_files(args: argparse.Namespace) -> None:
-    """What `tisa-hf encode` checks of its files before torch is imported: --out, and --input read whole."""
+    """What `tisa-hf encode` checks before torch is imported: the engine options first (as the command does), then
+    --out, and --input read whole."""
+    from .ray_cluster import check_engine  # light: it imports Ray only for --engine ray
+
+    check_engine(args)
     check_out_folder(args.out)
     read_documents(args.input, args.text_field)

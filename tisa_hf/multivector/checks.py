@@ -10,13 +10,16 @@ from typing import Any
 
 from ..common.result_files import check_out_folder
 from ..embeddings.corpus_files import CorpusFile, read_corpus, read_documents
+from ..embeddings.ray_cluster import check_engine
 from ..errors import UsageError
 from .compression import check_pq_dimension
 from .index_folder import INDEX_FILE, check_multi_vector_folder, finished_index, is_index_model, model_dimension
 
 
 def check_index_files(args: argparse.Namespace) -> CorpusFile:
-    """`tisa-hf index`'s --out, model folder (and its vectors' length against a pqM --dtype) and --input, read."""
+    """`tisa-hf index`'s engine options first (as the command does), then --out, model folder (and its vectors'
+    length against a pqM --dtype) and --input, read."""
+    check_engine(args)
     check_out_folder(args.out)
     check_pq_dimension(args.dtype, model_dimension(check_multi_vector_folder(args.model)))
     return read_corpus(args.input, args.text_field, with_ids=True, id_field=args.id_field)
