@@ -136,18 +136,25 @@ def test_bm25_and_a_hybrid_equal_direct_computations_and_a_rerun_adds_systems(wo
     assert set(again["paired"]["bm25"]) == {chunk, hybrid, convex, trunc}
 
 
-def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path, loaded, monkeypatch):
-    tiny = f"chunk:{workspace / 'tiny'}"
-    whole = qmsum.run(arguments(workspace, tmp_path / "whole", tiny))
-    read = Embedder.read
+def interrupted_at_the_third_document(read):
+    """`Embedder.read` that raises Ctrl-C's KeyboardInterrupt on its fourth call: the queries, then the third
+    document."""
     calls = []
 
     def failing(self, sequences, progress=None):
         calls.append(len(sequences))
-        if len(calls) == 4:  # the queries, then the third document
+        if len(calls) == 4:
             raise KeyboardInterrupt
         return read(self, sequences, progress)
 
+    return failing
+
+
+def test_an_interrupted_system_resumes_at_its_next_document(workspace, tmp_path, loaded, monkeypatch):
+    tiny = f"chunk:{workspace / 'tiny'}"
+    whole = qmsum.run(arguments(workspace, tmp_path / "whole", tiny))
+    read = Embedder.read
+    failing = interrupted_at_the_third_document(read)
     monkeypatch.setattr(Embedder, "read", failing)
     with pytest.raises(KeyboardInterrupt):
         qmsum.run(arguments(workspace, tmp_path / "out", tiny))
@@ -169,14 +176,7 @@ def test_work_keeps_what_a_rerun_rebuilds_apart_from_the_records(workspace, tmp_
     tiny = f"chunk:{workspace / 'tiny'}"
     whole = qmsum.run(arguments(workspace, tmp_path / "whole", tiny))
     read = Embedder.read
-    calls = []
-
-    def failing(self, sequences, progress=None):
-        calls.append(len(sequences))
-        if len(calls) == 4:  # the queries, then the third document
-            raise KeyboardInterrupt
-        return read(self, sequences, progress)
-
+    failing = interrupted_at_the_third_document(read)
     work = ["--work", str(tmp_path / "work")]
     monkeypatch.setattr(Embedder, "read", failing)
     with pytest.raises(KeyboardInterrupt):
