@@ -110,6 +110,23 @@ def test_a_long_input_has_all_four_gradients():
     assert_all_close(got, expected, atol=5e-5, rtol=1e-4)
 
 
+def test_a_sequence_of_padding_alone_gives_zeros_and_no_gradient_as_sdpa_does():
+    """A row that may attend to no key: PyTorch's SDPA gives zeros (not NaN, which a pooled loss would spread over the
+    whole batch's gradients); the other sequence and the table's gradient are those of that sequence alone."""
+    query, key, value, table, mask = inputs(2, 2, 37, 16, padded_from=0)
+    got, _ = kernel_and_reference(query, key, value, table, mask, tiles=((16, 16), (16, 32)))
+    _, expected = kernel_and_reference(query[:1], key[:1], value[:1], table, mask[:1], tiles=((16, 16), (16, 32)))
+    stock = torch.nn.functional.scaled_dot_product_attention(
+        query[1:].cpu(), key[1:].cpu(), value[1:].cpu(), mask[1:].cpu()
+    )
+    assert torch.equal(stock, torch.zeros_like(stock))
+    output, lse, *grads = got
+    assert torch.equal(output[1], torch.zeros_like(output[1])) and bool(torch.isinf(lse[1]).all())
+    for name, gradient in zip(("dQ", "dK", "dV"), grads[:3], strict=True):
+        assert torch.equal(gradient[1], torch.zeros_like(gradient[1])), name
+    assert_all_close((output[:1], lse[:1], *(g[:1] for g in grads[:3]), grads[3]), expected, **FP32)
+
+
 def test_dropout_gradients_with_the_reproduced_mask_equal_the_reference():
     seed = torch.tensor([1234], device=DEVICE)
     got, expected = kernel_and_reference(*inputs(2, 2, 37, 16, padded_from=25), 0.3, seed, ((16, 16), (16, 32)))

@@ -89,8 +89,11 @@ def _forward_kernel(
             probabilities.to(v.dtype), v, input_precision=DOT_PRECISION
         )
         running_max = new_max
-    # Rows past the sequence have no keys: divide them by 1 (they are not stored).
-    running_sum = tl.where(row_inside, running_sum, 1.0)
+    # A row no key may be attended from (a sequence of padding alone) gives zeros, as PyTorch's SDPA does, and +inf as
+    # its log-sum-exp, so that the backward's probabilities of it are 0 (exp(-inf - inf)); every other row's sum is at
+    # least 1, its maximum's exponential. Rows past the sequence are not stored.
+    empty = running_sum == 0.0
+    running_sum = tl.where(empty, 1.0, running_sum)
     output = accumulator / running_sum[:, None]
     tl.store(
         OUT + batch * stride_ob + head * stride_oh + rows[:, None] * stride_on + dims[None, :],
@@ -98,7 +101,7 @@ def _forward_kernel(
         mask=row_inside[:, None] & dim_inside[None, :],
     )
     # The natural log-sum-exp of each row's logits (before dropout), as PyTorch's attention kernels return it.
-    log_sum_exp = (running_max + tl.log2(running_sum)) / 1.4426950408889634
+    log_sum_exp = tl.where(empty, float("inf"), (running_max + tl.log2(running_sum)) / 1.4426950408889634)
     tl.store(LSE + head_index * length + rows, log_sum_exp, mask=row_inside)
 
 

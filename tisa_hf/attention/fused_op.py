@@ -38,7 +38,7 @@ def toeplitz_attention(
     """softmax(q kᵀ · scale + F) v, F[h, i, j] = table[h, j - i + n - 1], where the boolean `mask` (B, H, n, n, any
     strides; an expanded view costs nothing) is True (everywhere without it), with attention dropout `dropout` drawn
     from `seed` (a 1-element int64 tensor on the query's device): the output (B, H, n, d) and the log-sum-exp (B, H, n,
-    fp32).
+    fp32). A row that may attend to no key gives zeros, as PyTorch's SDPA does (its log-sum-exp is +inf).
     """
     check_device(query)
     from .fused_forward import fused_forward
