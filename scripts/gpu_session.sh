@@ -4,9 +4,11 @@
 #   machine          nvidia-smi and the versions of torch, transformers and triton;
 #   test-fused       tests/test_fused_kernel.py on the GPU (the fused Triton kernel against the eager reference and the
 #                    stored-bias route, fp32, fp16 and bf16);
-#   bench-fused      the fused kernel's route against stock sdpa: 8 x 128 and 2 x 512 training and inference in fp32,
-#                    bf16 and fp16, attention dropout 0.1, then fp16 as on Turing (stock held to the memory-efficient
-#                    kernel), then replace at 4,096 tokens with peak memory;
+#   bench-fused      the fused kernel's route against stock sdpa: training and inference at the small shapes (8 x 128,
+#                    2 x 512) and fine-tuning's (GLUE 32 x 128, SQuAD 24 x 384, 8 x 512) in fp32, bf16 and fp16,
+#                    attention dropout 0.1 and 0, then fp16 as on Turing (stock held to the memory-efficient kernel),
+#                    then replace inference and training at 4,096 and 8,192 tokens with peak memory, then the
+#                    fine-tuning shapes compiled (Inductor) and their peak memory;
 #   test-cuda        tests/test_cuda.py (sdpa against eager, replace past the table, flex, the compiled training step);
 #   bench-compile    8 x 128 and 2 x 512, training and inference, plain and TISA, eager and compiled (Inductor), bf16;
 #   bench-eager      the same steps eager in float32, bf16 and fp16 (fp16 training through a GradScaler);
@@ -70,11 +72,14 @@ step machine bash -c 'nvidia-smi; python3 -c "import torch, transformers, triton
 transformers.__version__, triton.__version__, torch.cuda.get_device_name())"'
 step test-fused python3 -m pytest -q tests/test_fused_kernel.py
 step bench-fused tisa-hf bench --device cuda --sections train infer --implementations sdpa fused \
-    --dtypes float32 bfloat16 float16 --attention-dropout 0.1 --no-memory "${timing[@]}" --output "$OUT/bench-fused.json"
+    --dtypes float32 bfloat16 float16 --attention-dropout 0.1 0 --no-memory "${timing[@]}" --output "$OUT/bench-fused.json"
 step bench-fused-turing tisa-hf bench --device cuda --sections train infer --implementations fused --dtypes float16 \
     --sdpa-backend efficient --no-memory "${timing[@]}" --output "$OUT/bench-fused-turing.json"
-step bench-fused-replace tisa-hf bench --device cuda --sections replace --implementations sdpa fused \
-    --replace-lengths 4096 --warmup 2 --repeats 5 --output "$OUT/bench-fused-replace.json"
+step bench-fused-replace tisa-hf bench --device cuda --sections replace replace-train --implementations sdpa fused \
+    --replace-lengths 4096 8192 --warmup 2 --repeats 5 --output "$OUT/bench-fused-replace.json"
+step bench-fused-compile tisa-hf bench --device cuda --sections train infer --implementations sdpa fused \
+    --shapes 32x128 24x384 8x512 --dtypes bfloat16 float16 float32 --compile "${timing[@]}" \
+    --output "$OUT/bench-fused-compile.json"
 step test-cuda python3 -m pytest -q -m cuda tests/test_cuda.py
 step bench-compile tisa-hf bench --device cuda --sections train infer --implementations sdpa --dtypes bfloat16 \
     --compile --no-memory "${timing[@]}" --output "$OUT/bench-compile.json"

@@ -209,7 +209,7 @@ def test_bench_times_the_fused_route_against_stock_sdpa_on_cuda_only():
     assert args.implementations == ["sdpa", "eager"]  # on CUDA: and fused
     args.implementations = ["sdpa", "eager", "fused"]
     assert [case.label() for case in bench.model_cases(args, "train", "float32")[-1]] == [
-        "train fused 2x512 float32"
+        "train fused 2x512 float32 dropout 0.1"
     ] * 2
     replace = bench.model_cases(args, "replace", "float32")
     assert {pair[0].implementation for pair in replace} == {"sdpa", "fused"}

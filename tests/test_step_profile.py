@@ -1,4 +1,5 @@
-"""`tisa-hf bench --profile` on a one-layer model of 8 tokens: its options, its table, and where it puts the calls."""
+"""`tisa-hf bench` on models of BERT-base's shape at a tiny width: `--profile` (its options, its table, and where it
+puts the calls), the shapes, dropout rates and sections timed, and compiled and held-backend steps."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ def test_shape_option_reads_batch_by_length():
 BERT_BASE_CONFIG = cases.bert_base_config
 
 
-def small_config(implementation: str, dropout: float) -> BertConfig:
+def small_config(implementation: str, dropout: float, max_positions: int = 512) -> BertConfig:
     """BERT-base's settings at a tiny width (the vocabulary holds the benchmark's token ids), so that a step takes
     milliseconds."""
-    config = BERT_BASE_CONFIG(implementation, dropout)
+    config = BERT_BASE_CONFIG(implementation, dropout, max_positions)
     config.update({"hidden_size": 48, "intermediate_size": 64, "vocab_size": 20000, "num_attention_heads": 4})
     return config
 
@@ -36,7 +37,7 @@ def small_config(implementation: str, dropout: float) -> BertConfig:
 def test_profile_prints_and_saves_each_variant_and_phase(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(step_profile, "bert_base_config", small_config)
     output = tmp_path / "profile.json"
-    arguments = ["--device", "cpu", "--profile", "--layers", "1", "--shape", "1x8", "--implementations", "sdpa"]
+    arguments = ["--device", "cpu", "--profile", "--layers", "1", "--shapes", "1x8", "--implementations", "sdpa"]
     assert bench.main([*arguments, "--attention-dropout", "0", "--output", str(output)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "sdpa, float32, 1 layers, batch 1 x 8, attention dropout 0.0 in training, cpu (CPU ms)"
@@ -75,14 +76,10 @@ def test_compile_times_plain_and_tisa_eager_and_compiled_side_by_side(tmp_path, 
     """`--compile`: four variants a shape, each with its median and range, the eager and compiled ratios, and the
     compile times apart."""
 
-    def two_layers(implementation: str, dropout: float) -> BertConfig:
-        config = small_config(implementation, dropout)
-        config.num_hidden_layers = 2
-        return config
-
-    monkeypatch.setattr(cases, "bert_base_config", two_layers)
+    monkeypatch.setattr(cases, "bert_base_config", small_config)
     output = tmp_path / "bench.json"
     arguments = ["--device", "cpu", "--sections", "train", "infer", "--implementations", "sdpa", "--compile"]
+    arguments += ["--layers", "2"]
     arguments += ["--compile-backend", "aot_eager", "--warmup", "0", "--repeats", "2", "--no-memory"]
     assert bench.main([*arguments, "--attention-dropout", "0", "--output", str(output)]) == 0
     results = json.loads(output.read_text())
@@ -105,8 +102,8 @@ def test_a_step_held_to_one_sdpa_backend_runs_on_it_and_fp16_training_scales_its
     """`--sdpa-backend math` holds every SDPA call of a step to that backend (a backend that cannot run the call
     fails instead of falling back), and an fp16 training step goes through a GradScaler."""
     monkeypatch.setattr(cases, "bert_base_config", small_config)
-    case = cases.ModelCase("train", "sdpa", 1, 8, True, "float32", "cpu", 0.1, sdpa_backend="math")  # stored bias
-    assert case.label() == "train sdpa 1x8 float32 math SDPA only"
+    case = cases.ModelCase("train", "sdpa", 1, 8, True, "float32", "cpu", 0.1, sdpa_backend="math", layers=1)
+    assert case.label() == "train sdpa 1x8 float32 dropout 0.1 1 layers math SDPA only"  # TISA on the stored bias
     held = []
     original = torch.nn.functional.scaled_dot_product_attention
 
@@ -124,6 +121,70 @@ def test_a_step_held_to_one_sdpa_backend_runs_on_it_and_fp16_training_scales_its
         return scale(self, loss)
 
     monkeypatch.setattr(torch.amp.GradScaler, "scale", recording_scale)
-    fp16 = cases.ModelCase("train", "sdpa", 1, 8, True, "float16", "cpu", 0.0)
+    fp16 = cases.ModelCase("train", "sdpa", 1, 8, True, "float16", "cpu", 0.0, layers=1)
     cases.step_function(fp16, cases.build_model(fp16))()
     assert scaled == [True]
+
+
+def test_defaults_are_the_small_shapes_on_a_cpu_and_fine_tuning_shapes_too_on_cuda(monkeypatch):
+    args = bench.parse_args(["--device", "cpu", "--output", "/dev/null"])
+    assert (args.shapes, args.replace_lengths, args.attention_dropout) == (
+        [(8, 128), (2, 512)],
+        [1024, 2048, 4096],
+        [0.1],
+    )
+    assert bench.parse_args(["--device", "cpu", "--profile", "--output", "/dev/null"]).shapes == [(2, 128)]
+    monkeypatch.setattr(bench, "checked_device", lambda name: torch.device("cuda"))
+    args = bench.parse_args(["--output", "/dev/null"])
+    assert args.shapes == [(8, 128), (2, 512), (32, 128), (24, 384), (8, 512)]
+    assert args.replace_lengths == [1024, 2048, 4096, 8192]
+
+
+def test_fine_tuning_shapes_dropout_rates_and_replace_training_are_timed(tmp_path, capsys, monkeypatch):
+    """GLUE's, SQuAD's and 8 x 512 training and inference steps, each training shape at each dropout rate, and a TISA
+    replace training step past the position table against the enlarged table: a row each, in the table too."""
+    monkeypatch.setattr(cases, "bert_base_config", small_config)
+    built = []
+    build_model = cases.build_model
+    monkeypatch.setattr(
+        bench, "build_model", lambda case, positions=None: built.append(case) or build_model(case, positions)
+    )
+    output = tmp_path / "bench.json"
+    arguments = ["--device", "cpu", "--sections", "train", "infer", "replace-train", "--implementations", "sdpa"]
+    arguments += [
+        "--shapes",
+        "32x128",
+        "24x384",
+        "8x512",
+        "--attention-dropout",
+        "0.1",
+        "0",
+        "--replace-lengths",
+        "640",
+    ]
+    assert (
+        bench.main(
+            [*arguments, "--layers", "1", "--warmup", "0", "--repeats", "1", "--no-memory", "--output", str(output)]
+        )
+        == 0
+    )
+    results = json.loads(output.read_text())
+    shapes = [(32, 128), (24, 384), (8, 512)]
+    assert [(row["batch"], row["length"], row["dropout"]) for row in results["train"]] == [
+        (*shape, dropout) for shape in shapes for dropout in (0.1, 0.0)
+    ]
+    assert [(row["batch"], row["length"], row["dropout"]) for row in results["infer"]] == [(*s, 0.0) for s in shapes]
+    assert [(row["batch"], row["length"], row["dropout"]) for row in results["replace-train"]] == [
+        (1, 640, 0.1),
+        (1, 640, 0.0),
+    ]
+    assert all(row["layers"] == 1 and row["time_ratio"] == row["tisa"] / row["plain"] for row in results["train"])
+    replace = [case for case in built if case.section == "replace-train"]
+    plain, tisa = (build_model(case, bench.reference_positions(case)) for case in replace[:2])
+    assert plain.config.max_position_embeddings == 640 and plain.training and tisa.training
+    assert tisa.config.tisa.mode == "replace" and tisa.config.max_position_embeddings == 512
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:5] for line in lines if line.startswith("replace-train")] == [
+        ["replace-train", "sdpa", "1x640", "float32", "0.1"],
+        ["replace-train", "sdpa", "1x640", "float32", "0"],
+    ]

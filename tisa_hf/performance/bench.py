@@ -1,13 +1,16 @@
 """`tisa-hf bench`: speed and peak memory of TISA against plain attention, measured side by side in one run.
 
-Sections (all by default):
+Sections (the first four by default):
 - `bias`: building one layer's (H, n, n) bias, against a per-head loop with a SciPy Toeplitz index per call
   (the way the TISA reference code builds it);
 - `train`: one training step (forward, backward, AdamW) of a BERT-base-shaped classifier, with and without TISA
-  mode="add", for each attention implementation and shape;
+  mode="add", for each attention implementation, shape (`--shapes`: small ones, and on CUDA fine-tuning's own:
+  GLUE 32x128, SQuAD 24x384, 8x512) and attention dropout rate (`--attention-dropout`);
 - `infer`: the same models in eval mode under `torch.no_grad`;
 - `replace`: TISA mode="replace" inference beyond the 512-position table, against the unpatched model with its
   position table enlarged to the same length;
+- `replace-train` (only when asked for): the same comparison for a training step of the classifier, as fine-tuning
+  on long documents runs it;
 - `long` (only when asked for): reading long inputs, batch 1 at `--long-lengths` (8,192 to 32,768 tokens): the
   packaged MiniLM with TISA replace S=5 (kernels fitted at load, or those of the saved TISA model `--long-model`)
   on its current route (`banded`) and on the blockwise route (`blockwise`), against the same MiniLM with position
@@ -65,7 +68,14 @@ from .cases import (
     step_function,
     synchronize,
 )
-from .options import bench_parser
+from .options import (
+    CUDA_REPLACE_LENGTHS,
+    FINE_TUNING_SHAPES,
+    PROFILE_SHAPE,
+    REPLACE_LENGTHS,
+    SMALL_SHAPES,
+    bench_parser,
+)
 
 # --- bias build -------------------------------------------------------------------------------------------------
 
@@ -267,6 +277,7 @@ def first_step_seconds(step: Callable[[], None], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+MODEL_SECTIONS = ("train", "infer", "replace", "replace-train")
 LONG_VARIANTS = ("plain", "banded", "blockwise", "chunk")
 
 
@@ -311,21 +322,25 @@ def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict],
 
 
 def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tuple[ModelCase, ModelCase]]:
-    if section == "replace":
+    """The (without, with TISA) pairs of a section in one dtype: each implementation, shape and (in training)
+    attention dropout rate. `replace` and `replace-train` read one input of each length, on the implementations that
+    have a route past the position table (eager has none: it builds the full bias)."""
+    if section.startswith("replace"):
         shapes = [(1, length) for length in args.replace_lengths]
         implementations = [name for name in args.implementations if name != "eager"]
     else:
-        shapes = [(8, 128), (2, 512)]
+        shapes = args.shapes
         implementations = args.implementations
-    dropout = args.attention_dropout if section == "train" else 0.0
-    held_backend = {"sdpa_backend": args.sdpa_backend}
+    dropouts = args.attention_dropout if section in ("train", "replace-train") else [0.0]
+    settings = {"sdpa_backend": args.sdpa_backend, "layers": args.layers}
     return [
         tuple(
-            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout, **held_backend)
+            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout, **settings)
             for tisa in (False, True)
         )
         for implementation in implementations
         for batch, length in shapes
+        for dropout in dropouts
     ]
 
 
@@ -343,19 +358,20 @@ def format_table(results: dict) -> str:
             f"{row['length']:>6} {row['loop']:>10.2f} {row['tisa']:>10.3f} {row['fill']:>10.3f} {row['speedup']:>8.1f}x"
             for row in results["bias"]
         ]
-    model_rows = [row for section in ("train", "infer", "replace") for row in results.get(section, [])]
+    model_rows = [row for section in MODEL_SECTIONS for row in results.get(section, [])]
     if model_rows:
-        header = f"{'section':<8} {'attn':<6} {'shape':>8} {'dtype':<9} {'plain ms':>9} {'tisa ms':>9} {'ratio':>6}"
-        header += f" {'plain MiB':>10} {'tisa MiB':>9} {'ratio':>6}"
+        header = f"{'section':<13} {'attn':<6} {'shape':>9} {'dtype':<9} {'drop':>4} {'plain ms':>9} {'tisa ms':>9}"
+        header += f" {'ratio':>6} {'plain MiB':>10} {'tisa MiB':>9} {'ratio':>6}"
         lines += ["", header]
         for row in model_rows:
-            line = f"{row['section']:<8} {row['implementation']:<6} {row['batch']:>3}x{row['length']:<4} "
-            line += f"{row['dtype']:<9} {row['plain']:>9.1f} {row['tisa']:>9.1f} {row['time_ratio']:>6.3f}"
+            line = f"{row['section']:<13} {row['implementation']:<6} {row['batch']:>3}x{row['length']:<5} "
+            line += f"{row['dtype']:<9} {row['dropout']:>4g} {row['plain']:>9.1f} {row['tisa']:>9.1f}"
+            line += f" {row['time_ratio']:>6.3f}"
             if "memory_ratio" in row:
                 line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
             lines.append(line)
             if "compiled_time_ratio" in row:
-                line = f"{'':<8} {'compiled':<25} {row['plain_compiled']:>9.1f} {row['tisa_compiled']:>9.1f}"
+                line = f"{'':<13} {'compiled':<31} {row['plain_compiled']:>9.1f} {row['tisa_compiled']:>9.1f}"
                 line += f" {row['compiled_time_ratio']:>6.3f}"
                 if "compiled_memory_ratio" in row:
                     line += f" {row['plain_compiled_peak_mib']:>10.0f} {row['tisa_compiled_peak_mib']:>9.0f}"
@@ -422,6 +438,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     cuda = torch.device(args.device).type == "cuda"
     if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if cuda else ["float32"]
+    if args.shapes is None:
+        args.shapes = [PROFILE_SHAPE] if args.profile else [*SMALL_SHAPES, *(FINE_TUNING_SHAPES if cuda else ())]
+    if args.replace_lengths is None:
+        args.replace_lengths = list(CUDA_REPLACE_LENGTHS if cuda else REPLACE_LENGTHS)
     if args.implementations is None:
         args.implementations = ["sdpa", "eager"] + (["fused"] if cuda else [])
     if "fused" in args.implementations and not cuda:
@@ -455,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bias build ...", file=sys.stderr, flush=True)
         results["bias"] = bench_bias(device, args.bias_lengths, 12, args.warmup, max(args.repeats, 5))
         save()
-    for section in ("train", "infer", "replace"):
+    for section in MODEL_SECTIONS:
         if section in args.sections:
             print(f"{section} ...", file=sys.stderr, flush=True)
             cases = [pair for dtype in args.dtypes for pair in model_cases(args, section, dtype)]

@@ -29,7 +29,7 @@ CHUNK_TOKENS = 510  # a chunk's tokens: with [CLS] and [SEP], the 512 positions 
 class ModelCase:
     """One model configuration whose time and memory the benchmark measures."""
 
-    section: str  # "train", "infer", "replace" or "long"
+    section: str  # "train", "infer", "replace", "replace-train" or "long"
     implementation: str  # an attention implementation, or "fused": sdpa, TISA on the fused kernel's route
     batch: int
     length: int
@@ -42,9 +42,19 @@ class ModelCase:
     chunked: bool = False  # long: the original model reading the input as 512-token chunks (chunk-and-average)
     compile_backend: str | None = None  # train, infer: the model run through torch.compile with this backend
     sdpa_backend: str | None = None  # the only SDPA backend PyTorch may pick ("efficient": a Turing GPU's), or any
+    layers: int = 12  # train, infer, replace, replace-train: the BERT-base-shaped model's layers
+
+    @property
+    def training(self) -> bool:
+        """Whether the case times a training step (forward, backward, AdamW) rather than an inference step."""
+        return self.section in ("train", "replace-train")
 
     def label(self) -> str:
         label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
+        if self.training:
+            label += f" dropout {self.dropout:g}"
+        if self.layers != BERT_BASE_SIZES["num_hidden_layers"] and self.section != "long":
+            label += f" {self.layers} layers"
         if self.section == "long":
             label += f" {self.variant()}"
         if self.compile_backend is not None:
@@ -82,20 +92,20 @@ def bert_base_config(implementation: str, dropout: float, max_positions: int = 5
 
 
 def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.Module:
-    """The model of a case, with weights fixed by the seed (so variants of one case share them)."""
+    """The model of a case, with weights fixed by the seed (so variants of one case share them): for `replace`, the
+    encoder alone, for `replace-train`, `train` and `infer`, a classifier."""
     torch.manual_seed(0)
     if case.section == "long":
         model = long_input_model(case)
-    elif case.section == "replace":
-        model = BertModel(bert_base_config(case.implementation, case.dropout, max_positions or 512))
-        if case.tisa:
-            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="replace", init="random"))
     else:
-        model = BertForSequenceClassification(bert_base_config(case.implementation, case.dropout))
+        config = bert_base_config(case.implementation, case.dropout, max_positions or 512)
+        config.num_hidden_layers = case.layers
+        replace = case.section.startswith("replace")
+        model = (BertModel if case.section == "replace" else BertForSequenceClassification)(config)
         if case.tisa:
-            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="add", init="random"))
+            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="replace" if replace else "add", init="random"))
     model.to(case.device)
-    model.train(case.section == "train")
+    model.train(case.training)
     return model
 
 
@@ -126,7 +136,7 @@ def make_batch(case: ModelCase) -> dict[str, torch.Tensor]:
         "input_ids": torch.randint(1000, 20000, shape, generator=generator),
         "attention_mask": torch.ones(shape, dtype=torch.long),
     }
-    if case.section == "train":
+    if case.training:
         batch["labels"] = torch.randint(0, 2, (case.batch,), generator=generator)
     return {name: tensor.to(case.device) for name, tensor in batch.items()}
 
@@ -153,7 +163,7 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
             stack.enter_context(sdpa_kernel(SDPA_BACKENDS[case.sdpa_backend]))
         return stack
 
-    if case.section == "train":
+    if case.training:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         scaler = torch.amp.GradScaler(device_type, enabled=case.dtype == "float16")
 
@@ -175,8 +185,8 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
 
 
 def reference_positions(case: ModelCase) -> int | None:
-    """The reference model of `replace` has its position table enlarged to the input length."""
-    return case.length if case.section == "replace" and not case.tisa else None
+    """The reference model of `replace` and `replace-train` has its position table enlarged to the input length."""
+    return case.length if case.section.startswith("replace") and not case.tisa else None
 
 
 def synchronize(device: torch.device) -> None:

@@ -7,8 +7,17 @@ import argparse
 
 from ..common.options import add_device_argument, dropout_rate, non_negative_int, positive_int
 
-BENCH_SECTIONS = ("bias", "train", "infer", "replace", "long")
+BENCH_SECTIONS = ("bias", "train", "infer", "replace", "replace-train", "long")
 BENCH_DEFAULT_SECTIONS = ("bias", "train", "infer", "replace")
+# The shapes `train` and `infer` time: small ones, and fine-tuning's own (GLUE at 32 x 128, SQuAD at 24 x 384, full
+# 512-token inputs at 8 x 512), which a CPU needs minutes a step for, so it times them only when asked.
+SMALL_SHAPES = ((8, 128), (2, 512))
+FINE_TUNING_SHAPES = ((32, 128), (24, 384), (8, 512))
+PROFILE_SHAPE = (2, 128)
+# `replace` and `replace-train`: input lengths past the 512-position table (8,192 only on CUDA: on a CPU one
+# BERT-base step at that length takes minutes).
+REPLACE_LENGTHS = (1024, 2048, 4096)
+CUDA_REPLACE_LENGTHS = (*REPLACE_LENGTHS, 8192)
 
 
 def env_parser() -> argparse.ArgumentParser:
@@ -35,7 +44,8 @@ def bench_parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=BENCH_SECTIONS,
         default=list(BENCH_DEFAULT_SECTIONS),
-        help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (long takes minutes a length: ask for it)",
+        help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (replace-train: TISA replace training steps against the "
+        "enlarged table; long takes minutes a length: ask for them)",
     )
     parser.add_argument(
         "--implementations",
@@ -50,15 +60,37 @@ def bench_parser() -> argparse.ArgumentParser:
         choices=("float32", "bfloat16", "float16"),
         help="default: float32, plus bfloat16 on CUDA",
     )
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        type=batch_shape,
+        help="train, infer: BATCHxLENGTH shapes (default: "
+        + " ".join(f"{b}x{n}" for b, n in SMALL_SHAPES)
+        + ", plus fine-tuning's "
+        + " ".join(f"{b}x{n}" for b, n in FINE_TUNING_SHAPES)
+        + f" on CUDA; --profile: {PROFILE_SHAPE[0]}x{PROFILE_SHAPE[1]})",
+    )
     parser.add_argument("--bias-lengths", nargs="+", type=positive_int, default=[128, 512, 2048])
-    parser.add_argument("--replace-lengths", nargs="+", type=positive_int, default=[1024, 2048, 4096])
+    parser.add_argument(
+        "--replace-lengths",
+        nargs="+",
+        type=positive_int,
+        help=f"replace, replace-train: input lengths (default: {' '.join(map(str, REPLACE_LENGTHS))}, plus 8192 on "
+        "CUDA)",
+    )
     parser.add_argument("--long-lengths", nargs="+", type=positive_int, default=[8192, 16384, 32768])
     parser.add_argument(
         "--long-model",
         help="long: a saved TISA replace model (such as an adapted MiniLM) whose kernels TISA reads (default: the "
         "packaged MiniLM with kernels fitted at load)",
     )
-    parser.add_argument("--attention-dropout", type=dropout_rate, default=0.1, help="attention dropout in training")
+    parser.add_argument(
+        "--attention-dropout",
+        nargs="+",
+        type=dropout_rate,
+        default=[0.1],
+        help="train, replace-train: attention dropout rates, each timed (default 0.1, BERT's)",
+    )
     parser.add_argument("--warmup", type=non_negative_int, default=1)
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
@@ -83,8 +115,12 @@ def bench_parser() -> argparse.ArgumentParser:
         help="instead of timing: operator calls (and on CUDA, GPU kernel launches) and section times of one step of "
         "each variant",
     )
-    parser.add_argument("--layers", type=positive_int, default=12, help="--profile: the model's layers (default 12)")
-    parser.add_argument("--shape", type=batch_shape, default=(2, 128), help="--profile: batch x length (default 2x128)")
+    parser.add_argument(
+        "--layers",
+        type=positive_int,
+        default=12,
+        help="the models' layers (default 12: BERT base; fewer for a quick look at the shapes)",
+    )
     parser.add_argument("--output", default="bench.json", help="where the JSON results go")
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
     return parser

@@ -225,17 +225,20 @@ def format_profile(rows: list[StepProfile], layers: int) -> str:
 
 
 def run_profile(args) -> dict:
-    """The profile `tisa-hf bench --profile` asks for: each implementation and dtype, printed and returned."""
+    """The profile `tisa-hf bench --profile` asks for: each shape, attention dropout, implementation and dtype,
+    printed and returned."""
     device = torch.device(args.device)
-    batch, length = args.shape
     results = []
-    for implementation in args.implementations:
-        for dtype in args.dtypes:
-            rows = profile_variants(implementation, args.layers, batch, length, dtype, args.attention_dropout, device)
-            print(
-                f"\n{implementation}, {dtype}, {args.layers} layers, batch {batch} x {length}, attention dropout "
-                f"{args.attention_dropout} in training, {device} ({'device' if device.type == 'cuda' else 'CPU'} ms)"
-            )
-            print(format_profile(rows, args.layers))
-            results.append({"implementation": implementation, "dtype": dtype, "rows": [asdict(row) for row in rows]})
-    return {"layers": args.layers, "batch": batch, "length": length, "profiles": results}
+    for batch, length in args.shapes:
+        for dropout in args.attention_dropout:
+            for implementation in args.implementations:
+                for dtype in args.dtypes:
+                    rows = profile_variants(implementation, args.layers, batch, length, dtype, dropout, device)
+                    print(
+                        f"\n{implementation}, {dtype}, {args.layers} layers, batch {batch} x {length}, attention "
+                        f"dropout {dropout} in training, {device} ({'device' if device.type == 'cuda' else 'CPU'} ms)"
+                    )
+                    print(format_profile(rows, args.layers))
+                    setting = {"implementation": implementation, "dtype": dtype, "batch": batch, "length": length}
+                    results.append({**setting, "dropout": dropout, "rows": [asdict(row) for row in rows]})
+    return {"layers": args.layers, "profiles": results}
