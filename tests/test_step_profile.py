@@ -188,3 +188,21 @@ def test_fine_tuning_shapes_dropout_rates_and_replace_training_are_timed(tmp_pat
         ["replace-train", "sdpa", "1x640", "float32", "0.1"],
         ["replace-train", "sdpa", "1x640", "float32", "0"],
     ]
+
+
+def test_the_timed_models_memory_is_handed_back_before_each_peak_memory_run(tmp_path, monkeypatch):
+    """The peak-memory subprocesses run after the timing: the memory the timed models freed goes back to the system
+    first, or a large shape's subprocess runs out beside this process's retained heap (24 x 384 did on 24 GiB)."""
+    monkeypatch.setattr(cases, "bert_base_config", small_config)
+    events = []
+    monkeypatch.setattr(bench, "return_freed_memory", lambda device: events.append(f"freed on {device}"))
+    measured = {"peak_mib": 2.0, "baseline_mib": 1.0}
+    monkeypatch.setattr(bench, "peak_memory_of", lambda case: events.append(case.label()) or measured)
+    arguments = ["--device", "cpu", "--sections", "train", "--implementations", "sdpa", "--shapes", "1x8", "2x8"]
+    arguments += ["--layers", "1", "--warmup", "0", "--repeats", "1", "--output", str(tmp_path / "bench.json")]
+    assert bench.main(arguments) == 0
+    assert events == [
+        event
+        for shape in ("1x8", "2x8")
+        for event in ("freed on cpu", *[f"train sdpa {shape} float32 dropout 0.1 1 layers"] * 2)
+    ]

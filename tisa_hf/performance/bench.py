@@ -17,10 +17,11 @@ Sections (the first four by default):
   interpolation (`plain`) and reading the input as 512-token chunks in one batch (`chunk`), all four interleaved;
   each time with the fastest and slowest repeat, tokens a second, and one step's peak memory.
 
-`--compile` adds each `train` and `infer` model compiled with `torch.compile` (Inductor, or `--compile-backend`): the
-plain and TISA models, eager and compiled, timed interleaved, each compile's wall time (its first step) reported apart,
-and the compiled ratio beside the eager one. `--sdpa-backend efficient` holds PyTorch's SDPA to its memory-efficient
-attention kernel, the one a Turing GPU (sm_75) runs TISA's bias on; fp16 training steps go through a GradScaler.
+`--compile` adds each model of `train`, `infer`, `replace` and `replace-train` compiled with `torch.compile` (Inductor,
+or `--compile-backend`): the plain and TISA models, eager and compiled, timed interleaved, each compile's wall time (its
+first step) reported apart, and the compiled ratio beside the eager one. `--sdpa-backend efficient` holds PyTorch's SDPA
+to its memory-efficient attention kernel, the one a Turing GPU (sm_75) runs TISA's bias on; fp16 training steps go
+through a GradScaler.
 
 `--profile` counts operator calls and splits the time of one step instead (`tisa_hf.performance.step_profile`).
 
@@ -62,6 +63,7 @@ from ..errors import UsageError
 from ..kernels import TisaPositionBias, kernel_values
 from .cases import (
     TISA_KERNELS,
+    TRAINING_SECTIONS,
     ModelCase,
     build_model,
     reference_positions,
@@ -175,10 +177,20 @@ def resident_mib(field: str) -> float:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
+def return_freed_memory(device: torch.device) -> None:
+    """Hands the memory of freed tensors back to the system (glibc keeps a CPU process's freed blocks, CUDA's caching
+    allocator its freed blocks on the GPU), so that the peak-memory subprocesses that follow the timing have the
+    machine's memory rather than what the timed models left of it."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    else:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+
+
 def reset_peak_resident_set() -> None:
     """Returns freed heap memory to the OS and restarts VmHWM from the current resident set (Linux >= 4.0)."""
-    gc.collect()
-    ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    return_freed_memory(torch.device("cpu"))
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
 
@@ -248,6 +260,7 @@ def bench_pair(
     compile_seconds = {name: first_step_seconds(variants[name], device) for name in named if "compiled" in name}
     samples = timed_interleaved(variants, device, args.warmup, args.repeats)
     del variants
+    return_freed_memory(device)
     row = {**{k: v for k, v in plain_case.__dict__.items() if k not in ("tisa", "compile_backend")}}
     for name, values in samples.items():
         row[name], row[f"{name}_range"] = statistics.median(values), [min(values), max(values)]
@@ -303,6 +316,7 @@ def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict],
         variants = {name: step_function(case, models[name]) for name, case in cases.items()}
         samples = timed_interleaved(variants, device, args.warmup, args.repeats)
         del models, variants
+        return_freed_memory(device)
         row: dict[str, Any] = {"length": length, "model": args.long_model or "packaged MiniLM, fitted kernels"}
         for name in LONG_VARIANTS:
             row[name] = statistics.median(samples[name])
@@ -331,7 +345,7 @@ def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tupl
     else:
         shapes = args.shapes
         implementations = args.implementations
-    dropouts = args.attention_dropout if section in ("train", "replace-train") else [0.0]
+    dropouts = args.attention_dropout if section in TRAINING_SECTIONS else [0.0]
     settings = {"sdpa_backend": args.sdpa_backend, "layers": args.layers}
     return [
         tuple(

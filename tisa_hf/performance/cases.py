@@ -22,6 +22,8 @@ TISA_KERNELS = 5
 # `--sdpa-backend`: the backend a step is held to. "efficient" is what a Turing GPU (an RTX 2080, sm_75) runs TISA's
 # bias on in fp16 and fp32: it has no bf16, no FlashAttention-2 and no cuDNN attention.
 SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+# The sections that time a training step (forward, backward, AdamW) rather than an inference step.
+TRAINING_SECTIONS = ("train", "replace-train")
 CHUNK_TOKENS = 510  # a chunk's tokens: with [CLS] and [SEP], the 512 positions of MiniLM's table
 
 
@@ -47,7 +49,7 @@ class ModelCase:
     @property
     def training(self) -> bool:
         """Whether the case times a training step (forward, backward, AdamW) rather than an inference step."""
-        return self.section in ("train", "replace-train")
+        return self.section in TRAINING_SECTIONS
 
     def label(self) -> str:
         label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"

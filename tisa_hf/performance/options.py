@@ -64,6 +64,7 @@ def bench_parser() -> argparse.ArgumentParser:
         "--shapes",
         nargs="+",
         type=batch_shape,
+        metavar="BxN",
         help="train, infer: BATCHxLENGTH shapes (default: "
         + " ".join(f"{b}x{n}" for b, n in SMALL_SHAPES)
         + ", plus fine-tuning's "
@@ -97,8 +98,8 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="train, infer: each model compiled with torch.compile too, timed interleaved with the eager ones (each "
-        "compile's wall time reported apart; peak memory of the compiled models on CUDA only)",
+        help="the model sections: each model compiled with torch.compile too, timed interleaved with the eager "
+        "ones (each compile's wall time reported apart; peak memory of the compiled models on CUDA only)",
     )
     parser.add_argument(
         "--compile-backend", choices=("inductor", "aot_eager"), default="inductor", help="--compile: the backend"
@@ -106,7 +107,7 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sdpa-backend",
         choices=("efficient", "math"),
-        help="train, infer, replace: hold PyTorch's SDPA to this backend (efficient: the one a Turing GPU such as an "
+        help="the model sections: hold PyTorch's SDPA to this backend (efficient: the one a Turing GPU such as an "
         "RTX 2080 runs the bias on; CUDA only)",
     )
     parser.add_argument(
