@@ -54,23 +54,27 @@ class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
     def test_config(self):
         self.config_tester.run_common_tests()
 
+    def check(self, head: str) -> None:
+        """The tester's `create_and_check_<head>` on fresh inputs, as transformers' per-model tests call it."""
+        getattr(self.model_tester, f"create_and_check_{head}")(*self.model_tester.prepare_config_and_inputs())
+
     def test_model(self):
-        self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
+        self.check("model")
 
     def test_for_masked_lm(self):
-        self.model_tester.create_and_check_for_masked_lm(*self.model_tester.prepare_config_and_inputs())
+        self.check("for_masked_lm")
 
     def test_for_sequence_classification(self):
-        self.model_tester.create_and_check_for_sequence_classification(*self.model_tester.prepare_config_and_inputs())
+        self.check("for_sequence_classification")
 
     def test_for_token_classification(self):
-        self.model_tester.create_and_check_for_token_classification(*self.model_tester.prepare_config_and_inputs())
+        self.check("for_token_classification")
 
     def test_for_question_answering(self):
-        self.model_tester.create_and_check_for_question_answering(*self.model_tester.prepare_config_and_inputs())
+        self.check("for_question_answering")
 
     def test_for_multiple_choice(self):
-        self.model_tester.create_and_check_for_multiple_choice(*self.model_tester.prepare_config_and_inputs())
+        self.check("for_multiple_choice")
 
 
 class DecoderPeerTests(EncoderPeerTests):

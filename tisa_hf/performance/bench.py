@@ -62,6 +62,7 @@ from ..common.saved_files import check_output_folder
 from ..errors import UsageError
 from ..kernels import TisaPositionBias, kernel_values
 from .cases import (
+    REPLACE_SECTIONS,
     TISA_KERNELS,
     TRAINING_SECTIONS,
     ModelCase,
@@ -339,7 +340,7 @@ def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tupl
     """The (without, with TISA) pairs of a section in one dtype: each implementation, shape and (in training)
     attention dropout rate. `replace` and `replace-train` read one input of each length, on the implementations that
     have a route past the position table (eager has none: it builds the full bias)."""
-    if section.startswith("replace"):
+    if section in REPLACE_SECTIONS:
         shapes = [(1, length) for length in args.replace_lengths]
         implementations = [name for name in args.implementations if name != "eager"]
     else:

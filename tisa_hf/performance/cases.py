@@ -22,8 +22,10 @@ TISA_KERNELS = 5
 # `--sdpa-backend`: the backend a step is held to. "efficient" is what a Turing GPU (an RTX 2080, sm_75) runs TISA's
 # bias on in fp16 and fp32: it has no bf16, no FlashAttention-2 and no cuDNN attention.
 SDPA_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-# The sections that time a training step (forward, backward, AdamW) rather than an inference step.
+# The sections that time a training step (forward, backward, AdamW) rather than an inference step, and those whose
+# inputs run past the 512-position table (TISA in replace mode against the table enlarged to the length).
 TRAINING_SECTIONS = ("train", "replace-train")
+REPLACE_SECTIONS = ("replace", "replace-train")
 CHUNK_TOKENS = 510  # a chunk's tokens: with [CLS] and [SEP], the 512 positions of MiniLM's table
 
 
@@ -42,7 +44,7 @@ class ModelCase:
     model: str | None = None  # long: the saved TISA model whose kernels are read (None: fitted ones)
     banded: bool = True  # long: whether TISA may take the banded route (False: the blockwise route before it)
     chunked: bool = False  # long: the original model reading the input as 512-token chunks (chunk-and-average)
-    compile_backend: str | None = None  # train, infer: the model run through torch.compile with this backend
+    compile_backend: str | None = None  # not long: the model run through torch.compile with this backend
     sdpa_backend: str | None = None  # the only SDPA backend PyTorch may pick ("efficient": a Turing GPU's), or any
     layers: int = 12  # train, infer, replace, replace-train: the BERT-base-shaped model's layers
 
@@ -102,10 +104,10 @@ def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.M
     else:
         config = bert_base_config(case.implementation, case.dropout, max_positions or 512)
         config.num_hidden_layers = case.layers
-        replace = case.section.startswith("replace")
         model = (BertModel if case.section == "replace" else BertForSequenceClassification)(config)
         if case.tisa:
-            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode="replace" if replace else "add", init="random"))
+            mode = "replace" if case.section in REPLACE_SECTIONS else "add"
+            patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode=mode, init="random"))
     model.to(case.device)
     model.train(case.training)
     return model
@@ -188,7 +190,7 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
 
 def reference_positions(case: ModelCase) -> int | None:
     """The reference model of `replace` and `replace-train` has its position table enlarged to the input length."""
-    return case.length if case.section.startswith("replace") and not case.tisa else None
+    return case.length if case.section in REPLACE_SECTIONS and not case.tisa else None
 
 
 def synchronize(device: torch.device) -> None:
