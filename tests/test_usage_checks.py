@@ -89,6 +89,20 @@ def test_bench_checks_its_device_output_and_counts_before_timing(workspace, caps
             bench.parse_args(["--device", "cuda", "--output", str(workspace / "bench.json")])
     with pytest.raises(UsageError, match=r"^--sdpa-backend efficient is a CUDA kernel; give --device cuda, or leave"):
         bench.parse_args(["--device", "cpu", "--sdpa-backend", "efficient", "--output", str(workspace / "bench.json")])
+    with pytest.raises(
+        UsageError, match=r"^--sections replace-train reads past the position table, which eager .* add"
+    ):
+        bench.parse_args(
+            ["--sections", "train", "replace-train", "--implementations", "eager", "--output", "/dev/null"]
+        )
+    eager_only = bench.parse_args(["--device", "cpu", "--implementations", "eager", "--output", "/dev/null"])
+    assert eager_only.sections == ["bias", "train", "infer"]  # the default, less replace, which eager does not time
+    assert bench.parse_args(["--device", "cpu", "--output", "/dev/null"]).sections == [
+        "bias",
+        "train",
+        "infer",
+        "replace",
+    ]
     for option, value, message in (
         ("--repeats", "0", "must be at least 1, got 0"),
         ("--bias-lengths", "-16", "must be at least 1, got -16"),

@@ -72,6 +72,7 @@ from .cases import (
     synchronize,
 )
 from .options import (
+    BENCH_DEFAULT_SECTIONS,
     CUDA_REPLACE_LENGTHS,
     FINE_TUNING_SHAPES,
     PROFILE_SHAPE,
@@ -448,8 +449,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UsageError("--sdpa-backend efficient is a CUDA kernel; give --device cuda, or leave the option out.")
     if not args.memory_worker:
         check_output(args.output)
-    if "long" in args.sections and args.long_model:
-        check_long_model(args.long_model)
     cuda = torch.device(args.device).type == "cuda"
     if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if cuda else ["float32"]
@@ -464,6 +463,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "--implementations fused times the fused TISA kernel, which runs on CUDA GPUs: give --device cuda, or "
             "leave fused out."
         )
+    only_eager = set(args.implementations) <= {"eager"}
+    if args.sections is None:  # the default sections, less replace where no implementation can read past the table
+        args.sections = [section for section in BENCH_DEFAULT_SECTIONS if not (only_eager and section == "replace")]
+    replace_sections = [section for section in args.sections if section in REPLACE_SECTIONS]
+    if replace_sections and only_eager:
+        raise UsageError(
+            f"--sections {' '.join(replace_sections)} reads past the position table, which eager attention does not "
+            "time (it builds every layer's full bias): add sdpa to --implementations."
+        )
+    if "long" in args.sections and args.long_model:
+        check_long_model(args.long_model)
     return args
 
 

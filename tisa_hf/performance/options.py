@@ -43,9 +43,9 @@ def bench_parser() -> argparse.ArgumentParser:
         "--sections",
         nargs="+",
         choices=BENCH_SECTIONS,
-        default=list(BENCH_DEFAULT_SECTIONS),
-        help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (replace-train: TISA replace training steps against the "
-        "enlarged table; long takes minutes a length: ask for them)",
+        help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (replace only where sdpa or fused is timed; "
+        "replace-train: TISA replace training steps against the enlarged table; long takes minutes a length: ask for "
+        "them)",
     )
     parser.add_argument(
         "--implementations",
