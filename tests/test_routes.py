@@ -130,11 +130,11 @@ def test_the_reported_backend_is_asked_about_a_mask_laid_out_like_the_bias(monke
     while being no larger than one row."""
     seen = []
 
-    def recording_backend(query, key, mask, dropout):
+    def recording_choice(query, key, value, mask, dropout, is_causal):
         seen.append(mask)
-        return "flash"
+        return int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
-    monkeypatch.setattr(attention.backends, "sdpa_backend", recording_backend)
+    monkeypatch.setattr(torch, "_fused_sdp_choice", recording_choice)
     for phase in routes.PHASES:
         routes.route("sdpa", phase, 64, SHAPE, CPU, None)
     assert seen and all(mask.stride(-1) == 1 and mask.shape[-1] == 64 for mask in seen)

@@ -14,11 +14,10 @@ from types import EllipsisType
 import torch
 
 from ..kernels import TisaPositionBias, nonzero_band
-from . import backends
 from .banded_padded import corrected_banded_sdpa
 from .blockwise import ToeplitzBias, blockwise_biased_sdpa
 from .log_sum_exp import fused_attention, merge_attention
-from .route import FUSED_DTYPES, UNSUPPORTED_FUSED_KWARGS, SdpaCall, SdpaRoute
+from .route import FUSED_DTYPES, UNSUPPORTED_FUSED_KWARGS, SdpaCall, SdpaRoute, sdpa_backend
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
 # `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys are
@@ -50,7 +49,7 @@ class BandedRoute(SdpaRoute):
         return output.transpose(1, 2).contiguous(), None
 
     def describe(self, call: SdpaCall) -> str:
-        backend = backends.sdpa_backend(call.query, call.key, None, call.dropout)
+        backend = sdpa_backend(call.query, call.key, None, call.dropout)
         return (
             f"{self.name} ({backend}) for a layer whose f(k) is 0 outside a band of at most "
             f"{BANDED_MAX_WIDTH_SHARE:g}n offsets"

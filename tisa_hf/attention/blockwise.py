@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import backends, logits
-from .route import SdpaCall, SdpaRoute, stand_in_bias
+from . import logits
+from .route import SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
 
 # The query blocks: on the CPU, as many rows as keep a block's bias within BLOCK_BIAS_BYTES (it stays in cache). A GPU's
 # fused attention kernel runs one program per head and tile of query rows, so blocks of a few dozen rows leave most of
@@ -35,7 +35,7 @@ class BlockwiseRoute(SdpaRoute):
     def describe(self, call: SdpaCall) -> str:
         row_bytes = call.query.shape[0] * call.query.shape[1] * call.length * call.bias_dtype.itemsize
         rows = blockwise_rows(call.length, row_bytes, call.query.device)
-        backend = backends.sdpa_backend(call.query[:, :, :rows], call.key, stand_in_bias(call, rows), call.dropout)
+        backend = sdpa_backend(call.query[:, :, :rows], call.key, stand_in_bias(call, rows), call.dropout)
         return f"{self.name} ({backend})"
 
 

@@ -1,4 +1,4 @@
-"""The fused route: TISA's attention in one Triton kernel pair (`fused_op.py`), which reads the bias from the layer's
+"""The fused route: TISA's attention in one Triton kernel pair (`fused/`), which reads the bias from the layer's
 (H, 2n-1) offset table inside its tiles and reduces the table's gradient inside its backward, with attention dropout
 and the padding mask; nothing of (B, H, n, n) is stored, forward or backward.
 
@@ -10,19 +10,10 @@ only where `TISA_HF_FUSED_ATTENTION=1` is set (`policy.py`) until GPU measuremen
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
-from . import fused_op
-from .route import BF16_FROM, SdpaCall, SdpaRoute
-
-FUSED_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# The largest head the kernels' tiles hold (padded to a power of two with masks).
-FUSED_MAX_HEAD_DIM = 128
-# The dropout's Philox counter is i · n + j in 32 bits.
-FUSED_MAX_LENGTH = 46_340
-TRITON_FOUND = importlib.util.find_spec("triton") is not None
+from .fused import limits, op  # noqa: F401  (op: registers torch.ops.tisa_hf.toeplitz_attention)
+from .route import SdpaCall, SdpaRoute
 
 
 class FusedRoute(SdpaRoute):
@@ -33,15 +24,15 @@ class FusedRoute(SdpaRoute):
         return (
             call.kernels is not None
             and not call.in_decoder  # the kernels have no causal mask: decoders take the routes that add it
-            and TRITON_FOUND
-            and (query.device.type == "cuda" or (query.device.type == "cpu" and fused_op.TRITON_INTERPRETED))
-            and query.dtype in FUSED_KERNEL_DTYPES
+            and limits.TRITON_FOUND
+            and (query.device.type == "cuda" or (query.device.type == "cpu" and limits.TRITON_INTERPRETED))
+            and query.dtype in limits.DTYPES
             and (query.dtype != torch.bfloat16 or takes_bf16(query.device))
             and call.bias_dtype == query.dtype
             and query.shape == key.shape == value.shape
             and query.dtype == key.dtype == value.dtype
-            and query.shape[-1] <= FUSED_MAX_HEAD_DIM
-            and call.length <= FUSED_MAX_LENGTH
+            and query.shape[-1] <= limits.MAX_HEAD_DIM
+            and call.length <= limits.MAX_LENGTH
             and call.takes_fused_arguments()
             and is_boolean_mask(call.mask, query)
         )
@@ -63,7 +54,7 @@ class FusedRoute(SdpaRoute):
 def takes_bf16(device: torch.device) -> bool:
     """Whether Triton's dot products take bf16 on `device`: from compute capability 8.0 on CUDA (Turing has no bf16
     tensor cores); the interpreter's bf16 dot products are wrong (tests/test_fused_kernel.py), so not on the CPU."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= BF16_FROM
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= limits.BF16_FROM
 
 
 def is_boolean_mask(mask: torch.Tensor | None, query: torch.Tensor) -> bool:

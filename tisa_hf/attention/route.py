@@ -7,19 +7,25 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend
 
 from ..kernels import TisaPositionBias
-from . import backends, logits
+from . import logits
 from .logits import bias_dtype
 
 # The dtypes of PyTorch's fused attention kernels that return a log-sum-exp (the trainable-bias and banded routes), and
 # the attention arguments they cannot take.
 FUSED_DTYPES = (torch.float32,)
 UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
-# CUDA compute capabilities: bf16 (PyTorch's kernels and Triton's dot products) from 8.0 (Ampere); the fused TISA
-# kernels pipeline their loads in 2 stages (async copies) from 8.0, in 1 below it, which keeps Turing's tiles within
-# its 64 KiB of shared memory.
-BF16_FROM = PIPELINED_FROM = (8, 0)
+_SDPA_BACKENDS = {
+    int(backend): name
+    for backend, name in (
+        (SDPBackend.MATH, "math"),
+        (SDPBackend.FLASH_ATTENTION, "flash"),
+        (SDPBackend.EFFICIENT_ATTENTION, "efficient"),
+        (SDPBackend.CUDNN_ATTENTION, "cudnn"),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ class SdpaRoute:
 
     def describe(self, call: SdpaCall) -> str:
         """The route and the SDPA backend PyTorch picks for the call with a stored bias."""
-        return f"{self.name} ({backends.sdpa_backend(call.query, call.key, stand_in_bias(call), call.dropout)})"
+        return f"{self.name} ({sdpa_backend(call.query, call.key, stand_in_bias(call), call.dropout)})"
 
     def __repr__(self) -> str:
         return f"<{self.name}>"
@@ -105,3 +111,10 @@ def stand_in_bias(call: SdpaCall, rows: int | None = None) -> torch.Tensor:
     requires_grad = call.kernels is not None and call.kernels.needs_grad()
     row = torch.zeros(1, 1, 1, length, dtype=call.bias_dtype, device=call.query.device, requires_grad=requires_grad)
     return row.expand(1, heads, rows or length, length)
+
+
+def sdpa_backend(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float) -> str:
+    """The backend PyTorch's `scaled_dot_product_attention` picks for these inputs (flash, efficient, cudnn or
+    math), as `tisa-hf env` names it, from the choice function it dispatches with."""
+    choice = torch._fused_sdp_choice(query, key, key, mask, dropout, False)
+    return _SDPA_BACKENDS.get(choice, f"backend {choice}")

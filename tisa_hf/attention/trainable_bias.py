@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import backends
-from .route import FUSED_DTYPES, SdpaCall, SdpaRoute, stand_in_bias
+from .route import FUSED_DTYPES, SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
 
 
 class TrainableBiasRoute(SdpaRoute):
@@ -27,7 +26,7 @@ class TrainableBiasRoute(SdpaRoute):
         return output.transpose(1, 2).contiguous(), None
 
     def describe(self, call: SdpaCall) -> str:
-        return f"{self.name} ({backends.sdpa_backend(call.query, call.key, stand_in_bias(call).detach(), 0.0)} forward)"
+        return f"{self.name} ({sdpa_backend(call.query, call.key, stand_in_bias(call).detach(), 0.0)} forward)"
 
 
 def takes_fused_bias_path(

@@ -16,9 +16,8 @@ import torch
 
 from ..attention import BANDED, FUSED, STORED_BIAS, SdpaCall
 from ..attention.flex import flex_refusal, flex_refusal_for
-from ..attention.fused_route import FUSED_MAX_HEAD_DIM
+from ..attention.fused.limits import BF16_FROM, MAX_HEAD_DIM, PIPELINED_FROM
 from ..attention.policy import DEFAULT_SDPA_POLICY, FUSED_OPT_IN
-from ..attention.route import BF16_FROM, PIPELINED_FROM
 from ..common.machine import checked_device, machine
 from ..fitting import thread_share
 from ..kernels import TisaPositionBias
@@ -146,7 +145,7 @@ def capability_route(capability: tuple[int, int]) -> str:
     tiles = "1 pipeline stage" if capability < PIPELINED_FROM else "2 pipeline stages"
     return (
         f"sdpa: {STORED_BIAS.name} on the memory-efficient kernel, {precisions}; flex attention: {flex}; "
-        f"{FUSED.name}: {precisions}, heads up to {FUSED_MAX_HEAD_DIM}, {tiles}, opt-in ({FUSED_OPT_IN}=1)"
+        f"{FUSED.name}: {precisions}, heads up to {MAX_HEAD_DIM}, {tiles}, opt-in ({FUSED_OPT_IN}=1)"
     )
 
 

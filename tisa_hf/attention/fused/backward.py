@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_tiles import backward_tiles, dot_precision, dropout_keep, head_block, pipeline_stages, tile_logits
+from .tiles import backward_tiles, dot_precision, dropout_keep, head_block, pipeline_stages, tile_logits
 
 
 @triton.jit
@@ -270,14 +270,11 @@ def fused_backward(
     log_sum_exp: torch.Tensor,
     scale: float,
     dropout: float,
-    tiles: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV (B, H, n, d, contiguous) and d(table) (H, 2n-1, in the table's dtype) of `fused_forward`'s
-    output. `tiles` (query rows, keys; rows at most keys) replaces the default tile sizes."""
+    output."""
     batch, heads, length, head_dim = query.shape
-    block_m, block_n = tiles or backward_tiles(head_dim)
-    if block_m > block_n:
-        raise ValueError(f"backward tiles of {block_m} query rows and {block_n} keys: rows must not exceed keys")
+    block_m, block_n = backward_tiles(head_dim)
     grad_output = grad_output if grad_output.stride(-1) == 1 else grad_output.contiguous()
     delta = (grad_output.to(torch.float32) * output.to(torch.float32)).sum(-1).contiguous()
     grad_query, grad_key, grad_value = (torch.empty(query.shape, dtype=query.dtype, device=query.device) for _ in "qkv")

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .route import PIPELINED_FROM
+from .limits import PIPELINED_FROM
 
 
 @triton.jit
@@ -53,27 +53,6 @@ def dropout_keep(seed_ptr, head_index, rows, cols, length, dropout_p):
     u >= p (probability 1 - p, as SDPA's dropout)."""
     seed = tl.load(seed_ptr) + head_index.to(tl.int64) * 4294967296
     return tl.rand(seed, rows[:, None] * length + cols[None, :]) >= dropout_p
-
-
-@triton.jit
-def _keep_mask_kernel(SEED, KEEP, length, dropout_p, BLOCK: tl.constexpr):
-    head_index = tl.program_id(1)
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    for start in range(0, length, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        keep = dropout_keep(SEED, head_index, rows, cols, length, dropout_p)
-        inside = (rows[:, None] < length) & (cols[None, :] < length)
-        offsets = head_index.to(tl.int64) * length * length + rows[:, None] * length + cols[None, :]
-        tl.store(KEEP + offsets, keep.to(tl.int8), mask=inside)
-
-
-def keep_mask(seed: torch.Tensor, batch: int, heads: int, length: int, dropout: float) -> torch.Tensor:
-    """The (batch, heads, n, n) keep mask a call with this seed draws (True: kept), for checking the kernels'
-    dropout against an eager computation."""
-    keep = torch.empty(batch, heads, length, length, dtype=torch.int8, device=seed.device)
-    block = 16
-    _keep_mask_kernel[(triton.cdiv(length, block), batch * heads)](seed, keep, length, dropout, block)
-    return keep.bool()
 
 
 def head_block(head_dim: int) -> int:
