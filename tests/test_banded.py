@@ -36,7 +36,7 @@ def dense_reference(query, key, value, mask, values):
 
 
 def band_values(low: int, high: int, amplitude: float = 2.0, seed: int = 0) -> torch.Tensor:
-    """(HEADS, 2n-1) offset values, random at offsets low .. high and exactly 0 elsewhere; head 1 all zeros."""
+    """(HEADS, 2n-1) offset table, random at offsets low .. high and exactly 0 elsewhere; head 1 all zeros."""
     generator = torch.Generator().manual_seed(seed)
     offsets = torch.arange(1 - LENGTH, LENGTH)
     inside = (offsets >= low) & (offsets <= high)

@@ -372,7 +372,7 @@ def test_tables_are_per_forward_only(monkeypatch):
     training_step(model, 12)
     training_step(model, 12)  # gradient accumulation: same parameters, a fresh table
     assert counter.calls == 2 and model.tisa._forward_tables is None
-    model.tisa.offset_values(0, 12, torch.float32)
+    model.tisa.offset_table(0, 12, torch.float32)
     assert counter.calls == 3
     model.activation_checkpointing_enable()
     training_step(model, 12)

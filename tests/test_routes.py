@@ -1,5 +1,5 @@
 """The route decision that `tisa_sdpa`, `tisa_flex_attention` and `tisa-hf env` share, and the flex route that
-reads the bias from its (H, 2n-1) offset values."""
+reads the bias from its (H, 2n-1) offset table."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_env_command_prints_the_machine_and_the_routes(capsys):
     )
 
 
-def test_flex_route_reads_offset_values_and_never_builds_the_full_bias(monkeypatch):
+def test_flex_route_reads_offset_table_and_never_builds_the_full_bias(monkeypatch):
     """With padding, against the reference written from the equations (test_attention's shapes: one compilation)."""
     config = tiny_config("bert", tisa={"num_kernels": 3, "mode": "replace", "init": "random"})
     model = AutoModel.from_config(config, attn_implementation="flex_attention").eval()

@@ -1,10 +1,10 @@
 """The banded route (`banded_biased_sdpa`, exact): long inputs without gradients, in float32 on the CPU or CUDA, whose
 layer's f(k) is exactly 0 outside a band of offsets at most a quarter of the length wide (fitted and adapted
 Gaussians underflow to 0 a few hundred tokens out; a far-field term never does). Without padding, each row's keys
-left of its band and right of it go to two causal fused calls with no bias (the second on reversed copies) and its
-band to one fused call over overlapping windows that share one mask table, merged by their log-sum-exps; a padded
-batch takes one plain fused call corrected within the band (`banded_padded.py`). The (H, n, n) bias is never built.
-The fused calls and their merge are `log_sum_exp.py`'s."""
+left of its band and right of it go to two causal attention calls with no bias (the second on reversed copies) and its
+band to one attention call over overlapping windows that share one mask window, merged by their log-sum-exps; a padded
+batch takes one plain attention call corrected within the band (`banded_padded.py`). The (H, n, n) bias is never built.
+The attention calls and their merge are `log_sum_exp.py`'s."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import torch
 from ..kernels import TisaPositionBias, nonzero_band
 from .banded_padded import corrected_banded_sdpa
 from .blockwise import ToeplitzBias, blockwise_biased_sdpa
-from .log_sum_exp import fused_attention, merge_attention
-from .route import FUSED_DTYPES, UNSUPPORTED_FUSED_KWARGS, SdpaCall, SdpaRoute, sdpa_backend
+from .log_sum_exp import attention_with_log_sum_exp, merge_attention
+from .route import LOG_SUM_EXP_DTYPES, UNSUPPORTED_DIRECT_KWARGS, SdpaCall, SdpaRoute, sdpa_backend
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
 # `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys are
 # attended in query blocks of `BANDED_BLOCK_ROWS` rows (`BANDED_ACCELERATOR_BLOCK_ROWS` off the CPU), all interior
-# blocks in one fused call, and the rows at either end in calls whose explicit mask holds at most
+# blocks in one attention call, and the rows at either end in calls whose explicit mask holds at most
 # `BANDED_EDGE_MASK_BYTES` (with a padding mask: `banded_padded.py`).
 BANDED_MAX_WIDTH_SHARE = 0.25
 BANDED_BLOCK_ROWS = 32
@@ -44,8 +44,8 @@ class BandedRoute(SdpaRoute):
         )
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
-        values = call.kernels.offset_values(call.layer, call.length, call.bias_dtype)
-        output = torch.ops.tisa_hf.banded_sdpa(call.query, call.key, call.value, call.mask, values, call.scaling)
+        table = call.kernels.offset_table(call.layer, call.length, call.bias_dtype)
+        output = torch.ops.tisa_hf.banded_sdpa(call.query, call.key, call.value, call.mask, table, call.scaling)
         return output.transpose(1, 2).contiguous(), None
 
     def describe(self, call: SdpaCall) -> str:
@@ -65,23 +65,23 @@ def takes_banded_path(
     dropout: float,
     kwargs: dict,
 ) -> bool:
-    """Whether a long-input inference call can take `banded_biased_sdpa`: on the CPU or CUDA in float32 (the fused
+    """Whether a long-input inference call can take `banded_biased_sdpa`: on the CPU or CUDA in float32 (PyTorch's SDPA
     kernels that return the log-sum-exp), self-attention without dropout, grouped heads, gradients or an unsupported
-    argument, without a far-field term (which is never 0), and with the layer's f(k) exactly 0 outside a band of
-    offsets that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length (read from the layer's
-    own offset values at this length, `TisaPositionBias.nonzero_band`; inside a compiled graph `banded_sdpa` reads
-    it when the call runs)."""
+    argument, without a far-field term (which is never 0), and with the layer's f(k) exactly 0 outside a band of offsets
+    that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length (read from the layer's own offset
+    table at this length, `TisaPositionBias.nonzero_band`; inside a compiled graph `banded_sdpa` reads it when the call
+    runs)."""
     length = query.shape[2]
     if not (
         query.device.type in ("cpu", "cuda")
-        and query.dtype in FUSED_DTYPES
+        and query.dtype in LOG_SUM_EXP_DTYPES
         and dtype == query.dtype
         and query.shape[1] == key.shape[1]
         and key.shape[2] == length
         and not dropout
         and kernels.far_field_slope is None
         and not torch.is_grad_enabled()
-        and not any(kwargs.get(name) is not None for name in UNSUPPORTED_FUSED_KWARGS)
+        and not any(kwargs.get(name) is not None for name in UNSUPPORTED_DIRECT_KWARGS)
     ):
         return False
     if torch.compiler.is_compiling():
@@ -94,27 +94,27 @@ def banded_biased_sdpa(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None,
-    values: torch.Tensor,
+    table: torch.Tensor,
     scale: float | None,
     band: tuple[int, int] | None | EllipsisType = ...,
 ) -> torch.Tensor | None:
-    """softmax(q kᵀ · scale + mask + F) v for a bias F[h, i, j] = values[h, j - i + n - 1] that is exactly 0 outside
+    """softmax(q kᵀ · scale + mask + F) v for a bias F[h, i, j] = table[h, j - i + n - 1] that is exactly 0 outside
     a band of offsets, without ever building an (n, n) bias: (B, H, n, d), or None where the padded-batch
-    computation would lose precision (the caller then takes the blockwise route). `band` is `nonzero_band(values)`,
-    read from `values` where not given.
+    computation would lose precision (the caller then takes the blockwise route). `band` is `nonzero_band(table)`,
+    read from `table` where not given.
 
     Without a padding mask each row's keys are split into those left of its band, its band and those right of it, each
-    attended by PyTorch's fused attention kernel (`fused_attention`), which also returns each part's log-sum-exp, and
-    the three parts are merged by their log-sum-exps (`split_banded_sdpa`): every weight is positive, so nothing
-    cancels, and the work is the plain model's n² plus the band's. With a padding mask, one plain fused call over all
-    keys is corrected within the band (`corrected_banded_sdpa`)."""
+    attended by PyTorch's CPU flash or CUDA memory-efficient kernel (`attention_with_log_sum_exp`), which also returns
+    each part's log-sum-exp, and the three parts are merged by their log-sum-exps (`split_banded_sdpa`): every weight is
+    positive, so nothing cancels, and the work is the plain model's n² plus the band's. With a padding mask, one plain
+    attention call over all keys is corrected within the band (`corrected_banded_sdpa`)."""
     scale = scale if scale is not None else query.shape[-1] ** -0.5
-    band = nonzero_band(values) if band is ... else band
+    band = nonzero_band(table) if band is ... else band
     if mask is None:
         if band is None:
-            return fused_attention(query, key, value, scale=scale)[0]
-        return split_banded_sdpa(query, key, value, values, band, scale)
-    return corrected_banded_sdpa(query, key, value, mask, values, band, scale)
+            return attention_with_log_sum_exp(query, key, value, scale=scale)[0]
+        return split_banded_sdpa(query, key, value, table, band, scale)
+    return corrected_banded_sdpa(query, key, value, mask, table, band, scale)
 
 
 @torch.library.custom_op("tisa_hf::banded_sdpa", mutates_args=())
@@ -123,25 +123,25 @@ def banded_sdpa(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None,
-    values: torch.Tensor,
+    table: torch.Tensor,
     scale: float | None,
 ) -> torch.Tensor:
     """The banded route as one operator, (B, H, n, d): `banded_biased_sdpa` where the layer's band allows
     (`band_fits`), else blockwise (as where the padded-batch correction would lose precision).
 
-    An operator, so that `torch.compile` keeps the route whole: it reads the band from the kernels' values at run
+    An operator, so that `torch.compile` keeps the route whole: it reads the band from the offset table at run
     time, which a compiled graph cannot branch on, and inside a compiled model it runs exactly as it does eagerly.
     Inference only (the route is taken without gradients), so it has no backward."""
-    band = nonzero_band(values)
+    band = nonzero_band(table)
     if band_fits(band, query.shape[2]):
-        output = banded_biased_sdpa(query, key, value, mask, values, scale, band)
+        output = banded_biased_sdpa(query, key, value, mask, table, scale, band)
         if output is not None:
             return output.contiguous()
-    return blockwise_biased_sdpa(query, key, value, mask, ToeplitzBias(values, query.shape[2]), 0.0, scale)
+    return blockwise_biased_sdpa(query, key, value, mask, ToeplitzBias(table, query.shape[2]), 0.0, scale)
 
 
 @banded_sdpa.register_fake
-def _(query, key, value, mask, values, scale):
+def _(query, key, value, mask, table, scale):
     return query.new_empty(*query.shape[:-1], value.shape[-1])
 
 
@@ -155,7 +155,7 @@ def split_banded_sdpa(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    values: torch.Tensor,
+    table: torch.Tensor,
     band: tuple[int, int],
     scale: float,
 ) -> torch.Tensor:
@@ -168,11 +168,11 @@ def split_banded_sdpa(
     out = lerp(out_a, out_b, sigmoid(lse_b - lse_a)), lse = logaddexp(lse_a, lse_b)."""
     length = query.shape[2]
     low, high = min(band[0], 0), max(band[1], 0)
-    output, logsumexp = band_attention(query, key, value, values, low, high, scale)
+    output, logsumexp = band_attention(query, key, value, table, low, high, scale)
     start = 1 - low
     if start < length:
         keys = slice(0, length - start)
-        part, part_logsumexp = fused_attention(
+        part, part_logsumexp = attention_with_log_sum_exp(
             query[:, :, start:], key[:, :, keys], value[:, :, keys], is_causal=True, scale=scale
         )
         merge_attention(output[:, :, start:], logsumexp[:, :, start:], part, part_logsumexp, keep_logsumexp=True)
@@ -181,7 +181,7 @@ def split_banded_sdpa(
     if start < length:
         rows = length - start
         reversed_inputs = (query[:, :, :rows].flip(2), key[:, :, start:].flip(2), value[:, :, start:].flip(2))
-        part, part_logsumexp = fused_attention(*reversed_inputs, is_causal=True, scale=scale)
+        part, part_logsumexp = attention_with_log_sum_exp(*reversed_inputs, is_causal=True, scale=scale)
         del reversed_inputs
         part, part_logsumexp = part.flip(2), part_logsumexp.flip(-1)
         merge_attention(output[:, :, :rows], logsumexp[:, :, :rows], part, part_logsumexp, keep_logsumexp=False)
@@ -192,7 +192,7 @@ def band_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    values: torch.Tensor,
+    table: torch.Tensor,
     low: int,
     high: int,
     scale: float,
@@ -201,10 +201,10 @@ def band_attention(
     and log-sum-exp (B, H, n). low <= 0 <= high, so every row has a key.
 
     Interior query blocks of `BANDED_BLOCK_ROWS` rows (those whose keys b·R + low .. b·R + R - 1 + high are all in
-    range) go to one fused call per sequence as a batch of blocks: the queries and the overlapping key and value
-    windows are strided views of the inputs (no copy), and every block's mask is the same view of one table of the
-    bias, -inf outside the band (the bias is Toeplitz). The rows at either end go to calls of their own, against the
-    keys in range, with other views of that table as masks: one call per end where the table holds their rows
+    range) go to one attention call per sequence as a batch of blocks: the queries and the overlapping key and value
+    windows are strided views of the inputs (no copy), and every block's mask is the same view of one window of
+    the bias, -inf outside the band (the bias is Toeplitz). The rows at either end go to calls of their own, against the
+    keys in range, with other views of that window as masks: one call per end where the window holds their rows
     within `BANDED_EDGE_MASK_BYTES`, more otherwise."""
     batch, heads, length, _ = query.shape
     rows = min(BANDED_BLOCK_ROWS if query.device.type == "cpu" else BANDED_ACCELERATOR_BLOCK_ROWS, length)
@@ -213,35 +213,35 @@ def band_attention(
     start, stop = first_block * rows, stop_block * rows
     if start >= stop:
         start = stop = 0
-    entries = BANDED_EDGE_MASK_BYTES // (heads * values.element_size())  # table rows * (rows + high - low)
+    entries = BANDED_EDGE_MASK_BYTES // (heads * table.element_size())  # window rows * (rows + high - low)
     edge_rows = max(start, length - stop, 1)
-    table_rows = max(rows, min(edge_rows, int((math.sqrt((high - low) ** 2 + 4 * entries) - (high - low)) / 2)))
-    table = band_table(values, low, high, table_rows).unsqueeze(0)
+    window_rows = max(rows, min(edge_rows, int((math.sqrt((high - low) ** 2 + 4 * entries) - (high - low)) / 2)))
+    window = band_window(table, low, high, window_rows).unsqueeze(0)
     output = query.new_empty(batch, heads, length, value.shape[-1])
     logsumexp = query.new_empty(batch, heads, length, dtype=torch.float32)
     if stop > start:
         blocks = stop_block - first_block
         columns = rows + high - low
-        block_mask = table[:, :, :rows, :columns]
+        block_mask = window[:, :, :rows, :columns]
         for sequence in range(batch):
             windows = (
                 blocked(query[sequence], start, rows, rows, blocks),
                 blocked(key[sequence], start + low, rows, columns, blocks),
                 blocked(value[sequence], start + low, rows, columns, blocks),
             )
-            part, part_logsumexp = fused_attention(*windows, attn_mask=block_mask, scale=scale)
+            part, part_logsumexp = attention_with_log_sum_exp(*windows, attn_mask=block_mask, scale=scale)
             output[sequence, :, start:stop].view(heads, blocks, rows, -1).copy_(part.transpose(0, 1))
             logsumexp[sequence, :, start:stop].view(heads, blocks, rows).copy_(part_logsumexp.transpose(0, 1))
     for edge_start, edge_stop in ((0, start), (stop, length)):
-        for block_start in range(edge_start, edge_stop, table_rows):
-            block_stop = min(block_start + table_rows, edge_stop)
+        for block_start in range(edge_start, edge_stop, window_rows):
+            block_stop = min(block_start + window_rows, edge_stop)
             first, last = max(0, block_start + low), min(length, block_stop + high)
             column = first - block_start - low
-            part, part_logsumexp = fused_attention(
+            part, part_logsumexp = attention_with_log_sum_exp(
                 query[:, :, block_start:block_stop],
                 key[:, :, first:last],
                 value[:, :, first:last],
-                attn_mask=table[:, :, : block_stop - block_start, column : column + last - first],
+                attn_mask=window[:, :, : block_stop - block_start, column : column + last - first],
                 scale=scale,
             )
             output[:, :, block_start:block_stop] = part
@@ -249,14 +249,14 @@ def band_attention(
     return output, logsumexp
 
 
-def band_table(values: torch.Tensor, low: int, high: int, rows: int) -> torch.Tensor:
+def band_window(table: torch.Tensor, low: int, high: int, rows: int) -> torch.Tensor:
     """(heads, rows, rows + high - low) with f(low + c - r) at (r, c) where that offset is in low .. high and -inf
     elsewhere: the bias, masked to the band, of `rows` query rows i0 .. i0 + rows - 1 against the keys i0 + low ..
     i0 + rows - 1 + high, the same for every i0 (the bias is Toeplitz)."""
-    centre = (values.shape[-1] - 1) // 2
+    centre = (table.shape[-1] - 1) // 2
     width = high - low + 1
-    band = values.new_full((values.shape[0], width + 2 * rows - 1), -math.inf)
-    band[:, rows : rows + width] = values[:, centre + low : centre + high + 1]
+    band = table.new_full((table.shape[0], width + 2 * rows - 1), -math.inf)
+    band[:, rows : rows + width] = table[:, centre + low : centre + high + 1]
     # Window s of `unfold` holds band[s .. s + columns - 1], offsets low - rows + s + c: row r is window rows - r.
     return band.unfold(-1, rows + width - 1, 1)[:, 1:].flip(-2)
 

@@ -7,7 +7,7 @@ Each function reads its module's `AttentionSite` (set when the model was patched
 encoder's kernel module and hands the logits' bias to the plain backend:
 - `tisa_eager`: the bias merged into the additive mask; `output_attentions=True` returns probabilities with it.
 - `tisa_sdpa`: as `sdpa`, on the route its policy chooses (`policy.py`).
-- `tisa_flex_attention`: flex attention whose score modification adds the layer's offset values (`flex.py`).
+- `tisa_flex_attention`: flex attention whose score modification adds the layer's offset table (`flex.py`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def tisa_flex_attention_forward(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """transformers' flex attention, with the layer's TISA bias read from its offset values by the score function."""
+    """transformers' flex attention, with the layer's TISA bias read from its offset table by the score function."""
     kernels, layer = site_kernels(module, kwargs)
     refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0))
     if refusal is not None:
@@ -91,7 +91,7 @@ def tisa_flex_attention_forward(
     query = length_scaled_query(module, query, None)
     if kernels is None:
         return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    table = kernels.offset_values(layer, query.shape[2], bias_dtype(query))
+    table = kernels.offset_table(layer, query.shape[2], bias_dtype(query))
     output = offset_table_flex_attention(
         query, key, value, attention_mask, table, scaling, module.training, kwargs.get("kernel_options")
     )

@@ -3,7 +3,7 @@
 and the padding mask; nothing of (B, H, n, n) is stored, forward or backward.
 
 It applies to encoders' CUDA tensors (and to CPU tensors under Triton's interpreter, for the tests) of the dtypes and
-head sizes the kernels take, with a boolean padding mask (transformers' sdpa mask). It is in the default policy
+head sizes the Triton kernels take, with a boolean padding mask (transformers' sdpa mask). It is in the default policy
 only where `TISA_HF_FUSED_ATTENTION=1` is set (`policy.py`) until GPU measurements choose it by speed
 (docs/performance.md).
 """
@@ -23,7 +23,7 @@ class FusedRoute(SdpaRoute):
         query, key, value = call.query, call.key, call.value
         return (
             call.kernels is not None
-            and not call.in_decoder  # the kernels have no causal mask: decoders take the routes that add it
+            and not call.in_decoder  # the Triton kernels have no causal mask: decoders take the routes that add it
             and limits.TRITON_FOUND
             and (query.device.type == "cuda" or (query.device.type == "cpu" and limits.TRITON_INTERPRETED))
             and query.dtype in limits.DTYPES
@@ -39,7 +39,7 @@ class FusedRoute(SdpaRoute):
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         query = call.query
-        table = call.kernels.offset_values(call.layer, call.length, call.bias_dtype)
+        table = call.kernels.offset_table(call.layer, call.length, call.bias_dtype)
         scale = call.scaling if call.scaling is not None else query.shape[-1] ** -0.5
         seed = torch.randint(2**62, (1,), device=query.device) if call.dropout else None
         output, _ = torch.ops.tisa_hf.toeplitz_attention(
@@ -58,7 +58,7 @@ def takes_bf16(device: torch.device) -> bool:
 
 
 def is_boolean_mask(mask: torch.Tensor | None, query: torch.Tensor) -> bool:
-    """Whether the kernels read `mask` as it is: none, or a boolean mask that broadcasts to (B, H, n, n)."""
+    """Whether the Triton kernels read `mask` as it is: none, or a boolean mask that broadcasts to (B, H, n, n)."""
     if mask is None:
         return True
     return (
@@ -70,7 +70,7 @@ def is_boolean_mask(mask: torch.Tensor | None, query: torch.Tensor) -> bool:
 
 
 def expanded_mask(mask: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor | None:
-    """`mask` as a (B, H, n, n) view (stride 0 along what it broadcasts over), as the kernels read it."""
+    """`mask` as a (B, H, n, n) view (stride 0 along what it broadcasts over), as the Triton kernels read it."""
     if mask is None:
         return None
     batch, heads, length, _ = query.shape

@@ -2,7 +2,7 @@
 
 The default order: transformers' sdpa where the layer has no TISA kernels; for long inputs without gradients, banded
 where the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
-would push PyTorch off its fused attention kernel; SDPA with the stored bias for everything else. A traced call
+would push PyTorch off its flash attention kernel; SDPA with the stored bias for everything else. A traced call
 (`torch.export`, `torch.onnx.export`, `torch.jit.trace`) takes the traced policy instead. A model call may pass another
 policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side so).
 
@@ -58,7 +58,7 @@ FUSED_OPT_IN = "TISA_HF_FUSED_ATTENTION"
 DEFAULT_SDPA_POLICY = FUSED_SDPA_POLICY if os.environ.get(FUSED_OPT_IN) == "1" else STANDARD_SDPA_POLICY
 # A traced program must run on every device and exporter, and at every length its dynamic shapes allow: a bias that
 # trains in plain operators (`traced.py`), any other stored in PyTorch's own `scaled_dot_product_attention`, which each
-# device and ONNX lower themselves. The other routes call one device's fused kernel by name (trainable-bias, banded:
+# device and ONNX lower themselves. The other routes call one device's SDPA kernel by name (trainable-bias, banded:
 # `_scaled_dot_product_flash_attention_for_cpu`, which has no gradient for its mask, so that the program fails when
 # called with grad mode on) or choose by the example's length (banded, blockwise), which the program would keep.
 TRACED_SDPA_POLICY = SdpaPolicy((PLAIN, TRACED_TRAINABLE_BIAS, STORED_BIAS))

@@ -13,10 +13,11 @@ from ..kernels import TisaPositionBias
 from . import logits
 from .logits import bias_dtype
 
-# The dtypes of PyTorch's fused attention kernels that return a log-sum-exp (the trainable-bias and banded routes), and
-# the attention arguments they cannot take.
-FUSED_DTYPES = (torch.float32,)
-UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
+# The dtypes of PyTorch's SDPA kernels that return a log-sum-exp (the CPU's flash, CUDA's memory-efficient), which the
+# trainable-bias and banded routes call directly, and the attention arguments no route that calls an attention kernel
+# directly (those two, the fused route) can take.
+LOG_SUM_EXP_DTYPES = (torch.float32,)
+UNSUPPORTED_DIRECT_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
 _SDPA_BACKENDS = {
     int(backend): name
     for backend, name in (
@@ -74,8 +75,8 @@ class SdpaCall:
         return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal)
 
     def takes_fused_arguments(self) -> bool:
-        """Whether the call has none of the arguments the fused attention kernels cannot take."""
-        return not any(self.kwargs.get(name) is not None for name in UNSUPPORTED_FUSED_KWARGS)
+        """Whether the call has none of the arguments routes that call an attention kernel directly cannot take."""
+        return not any(self.kwargs.get(name) is not None for name in UNSUPPORTED_DIRECT_KWARGS)
 
     def is_long_inference(self) -> bool:
         """No gradient reaches the kernels and every layer's bias at this length would not fit the kernels' cache:
@@ -105,8 +106,8 @@ class SdpaRoute:
 
 def stand_in_bias(call: SdpaCall, rows: int | None = None) -> torch.Tensor:
     """A bias of the call's shape (`rows` query rows) without its size, for PyTorch's backend choice: one row, expanded.
-    Its last dimension keeps stride 1, as the real bias's does: PyTorch's fused attention kernels require that of a mask
-    and otherwise fall back to math."""
+    Its last dimension keeps stride 1, as the real bias's does: PyTorch's flash and memory-efficient kernels require
+    that of a mask and otherwise fall back to math."""
     length, heads = call.length, call.query.shape[1]
     requires_grad = call.kernels is not None and call.kernels.needs_grad()
     row = torch.zeros(1, 1, 1, length, dtype=call.bias_dtype, device=call.query.device, requires_grad=requires_grad)

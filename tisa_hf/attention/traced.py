@@ -4,7 +4,7 @@ attention in plain operators, with the bias in the logits.
 PyTorch's `scaled_dot_product_attention` with a mask that requires a gradient runs its math path, whose decomposition
 ONNX's exporter cannot trace at a dynamic length (`ConversionError: Failed to decompose the FX graph`); the same
 computation written out exports, keeps the kernels' gradient in the program and runs on every device. A traced call
-whose bias needs no gradient takes the stored bias (`stored_bias.py`), which keeps PyTorch's fused attention in the
+whose bias needs no gradient takes the stored bias (`stored_bias.py`), which keeps PyTorch's SDPA kernels in the
 program."""
 
 from __future__ import annotations

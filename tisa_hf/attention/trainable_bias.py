@@ -1,13 +1,13 @@
-"""The CPU trainable-bias route: PyTorch leaves its fused CPU attention kernel for the unfused math path as soon as the
-float mask requires a gradient, which TISA's bias does in training, and has no fused CPU attention kernel that returns a
-mask gradient. `TrainableBiasAttention` runs the fused attention kernel forward with the bias as a constant mask and
+"""The CPU trainable-bias route: PyTorch leaves its CPU flash attention kernel for the unfused math path as soon as the
+float mask requires a gradient, which TISA's bias does in training, and has no CPU attention kernel that returns a
+mask gradient. `TrainableBiasAttention` runs the flash attention kernel forward with the bias as a constant mask and
 recomputes the probabilities from the saved log-sum-exp in its backward."""
 
 from __future__ import annotations
 
 import torch
 
-from .route import FUSED_DTYPES, SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
+from .route import LOG_SUM_EXP_DTYPES, SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
 
 
 class TrainableBiasRoute(SdpaRoute):
@@ -32,13 +32,13 @@ class TrainableBiasRoute(SdpaRoute):
 def takes_fused_bias_path(
     query: torch.Tensor, key: torch.Tensor, bias_requires_grad: bool, dtype: torch.dtype, dropout: float
 ) -> bool:
-    """Whether a call would leave PyTorch's fused CPU attention kernel only because its float bias (of `dtype`, merged
+    """Whether a call would leave PyTorch's CPU flash attention kernel only because its float bias (of `dtype`, merged
     with the 4-D padding mask) requires a gradient."""
     return (
         bias_requires_grad
         and torch.is_grad_enabled()
         and query.device.type == "cpu"
-        and query.dtype in FUSED_DTYPES
+        and query.dtype in LOG_SUM_EXP_DTYPES
         and dtype == query.dtype
         and query.shape[1] == key.shape[1]
         and not dropout
@@ -46,7 +46,7 @@ def takes_fused_bias_path(
 
 
 class TrainableBiasAttention(torch.autograd.Function):
-    """softmax(q kᵀ · scale + bias) v through the fused CPU attention kernel, with a hand-written backward for the
+    """softmax(q kᵀ · scale + bias) v through the CPU flash attention kernel, with a hand-written backward for the
     bias."""
 
     @staticmethod
