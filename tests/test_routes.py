@@ -166,8 +166,8 @@ class ManualStoredBias(attention.SdpaRoute):
 
     name = "manual"
 
-    def applies(self, call: attention.SdpaCall) -> bool:
-        return not torch.is_grad_enabled()
+    def refusal(self, call: attention.SdpaCall) -> str | None:
+        return "grad mode is on" if torch.is_grad_enabled() else None
 
     def run(self, call: attention.SdpaCall):
         bias = attention.logits.merge_bias(call.mask, call.kernels(call.layer, call.length, call.bias_dtype))

@@ -13,11 +13,11 @@ from types import EllipsisType
 
 import torch
 
-from ..kernels import TisaPositionBias, nonzero_band
+from ..kernels import nonzero_band
 from .banded_padded import corrected_banded_sdpa
 from .blockwise import ToeplitzBias, blockwise_biased_sdpa
 from .log_sum_exp import attention_with_log_sum_exp, merge_attention
-from .route import LOG_SUM_EXP_DTYPES, UNSUPPORTED_DIRECT_KWARGS, SdpaCall, SdpaRoute, sdpa_backend
+from .route import LOG_SUM_EXP_DTYPES, NO_KERNELS, SdpaCall, SdpaRoute, sdpa_backend
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
 # `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys are
@@ -33,15 +33,14 @@ BANDED_EDGE_MASK_BYTES = 16 * 2**20
 class BandedRoute(SdpaRoute):
     name = "banded SDPA"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return (
-            call.layer is not None
-            and not call.in_decoder
-            and call.is_long_inference()
-            and takes_banded_path(
-                call.kernels, call.layer, call.query, call.key, call.bias_dtype, call.dropout, call.kwargs
-            )
-        )
+    def refusal(self, call: SdpaCall) -> str | None:
+        if call.kernels is None:
+            return NO_KERNELS
+        if call.layer is None:
+            return "a call described without its layer, whose band it reads"
+        if call.in_decoder:
+            return "a decoder's self-attention is causal"
+        return call.long_inference_refusal() or banded_path_refusal(call)
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         table = call.kernels.offset_table(call.layer, call.length, call.bias_dtype)
@@ -56,37 +55,34 @@ class BandedRoute(SdpaRoute):
         )
 
 
-def takes_banded_path(
-    kernels: TisaPositionBias,
-    layer: int,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    dtype: torch.dtype,
-    dropout: float,
-    kwargs: dict,
-) -> bool:
-    """Whether a long-input inference call can take `banded_biased_sdpa`: on the CPU or CUDA in float32 (PyTorch's SDPA
-    kernels that return the log-sum-exp), self-attention without dropout, grouped heads, gradients or an unsupported
-    argument, without a far-field term (which is never 0), and with the layer's f(k) exactly 0 outside a band of offsets
-    that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length (read from the layer's own offset
-    table at this length, `TisaPositionBias.nonzero_band`; inside a compiled graph `banded_sdpa` reads it when the call
-    runs)."""
-    length = query.shape[2]
-    if not (
-        query.device.type in ("cpu", "cuda")
-        and query.dtype in LOG_SUM_EXP_DTYPES
-        and dtype == query.dtype
-        and query.shape[1] == key.shape[1]
-        and key.shape[2] == length
-        and not dropout
-        and kernels.far_field_slope is None
-        and not torch.is_grad_enabled()
-        and not any(kwargs.get(name) is not None for name in UNSUPPORTED_DIRECT_KWARGS)
-    ):
-        return False
+def banded_path_refusal(call: SdpaCall) -> str | None:
+    """Why a long-input inference call cannot take `banded_biased_sdpa`, or None where it can: on the CPU or CUDA in
+    float32 (PyTorch's SDPA kernels that return the log-sum-exp), self-attention without dropout, grouped heads,
+    gradients or an unsupported argument, without a far-field term (which is never 0), and with the layer's f(k)
+    exactly 0 outside a band of offsets that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length
+    (read from the layer's own offset table at this length, `TisaPositionBias.nonzero_band`; inside a compiled graph
+    `banded_sdpa` reads it when the call runs)."""
+    query, length = call.query, call.length
+    if query.device.type not in ("cpu", "cuda"):
+        return f"the query is on {query.device.type}: the route runs on the CPU or CUDA"
+    if query.dtype not in LOG_SUM_EXP_DTYPES or call.bias_dtype != query.dtype:
+        return f"the logits are {call.bias_dtype}: the route runs in float32"
+    if query.shape[1] != call.key.shape[1] or not call.is_square:
+        return "queries and keys differ in heads or length (grouped heads, a KV cache)"
+    if call.dropout:
+        return f"attention dropout {call.dropout}"
+    if call.kernels.far_field_slope is not None:
+        return "the kernels' far-field term is never 0"
+    if torch.is_grad_enabled():
+        return "grad mode is on, and the route has no backward"
+    unsupported = call.unsupported_arguments_refusal()
+    if unsupported is not None:
+        return unsupported
     if torch.compiler.is_compiling():
-        return True  # the band is read when the call runs (`banded_sdpa`)
-    return band_fits(kernels.nonzero_band(layer, length, dtype), length)
+        return None  # the band is read when the call runs (`banded_sdpa`)
+    if not band_fits(call.kernels.nonzero_band(call.layer, length, call.bias_dtype), length):
+        return f"the layer's f(k) is not 0 outside a band of at most {BANDED_MAX_WIDTH_SHARE:g}n offsets"
+    return None
 
 
 def banded_biased_sdpa(

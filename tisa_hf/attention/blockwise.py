@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from . import logits
-from .route import SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
+from .route import NO_KERNELS, SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
 
 # The query blocks: on the CPU, as many rows as keep a block's bias within BLOCK_BIAS_BYTES (it stays in cache). A GPU's
 # SDPA kernel (flash, memory-efficient) runs one program per head and tile of query rows, so blocks of a few dozen rows
@@ -22,8 +22,12 @@ ACCELERATOR_BLOCK_ROWS = 1024
 class BlockwiseRoute(SdpaRoute):
     name = "blockwise SDPA"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return call.is_square and call.is_long_inference()
+    def refusal(self, call: SdpaCall) -> str | None:
+        if call.kernels is None:
+            return NO_KERNELS
+        if not call.is_square:
+            return "fewer queries than keys (a step on a KV cache)"
+        return call.long_inference_refusal()
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         bias = ToeplitzBias(call.kernels.offset_table(call.layer, call.length, call.bias_dtype), call.length)

@@ -13,29 +13,40 @@ from __future__ import annotations
 import torch
 
 from .fused import limits, op  # noqa: F401  (op: registers torch.ops.tisa_hf.toeplitz_attention)
-from .route import SdpaCall, SdpaRoute
+from .route import NO_KERNELS, SdpaCall, SdpaRoute
 
 
 class FusedRoute(SdpaRoute):
     name = "fused TISA kernel"
 
-    def applies(self, call: SdpaCall) -> bool:
+    def refusal(self, call: SdpaCall) -> str | None:
         query, key, value = call.query, call.key, call.value
-        return (
-            call.kernels is not None
-            and not call.in_decoder  # the Triton kernels have no causal mask: decoders take the routes that add it
-            and limits.TRITON_FOUND
-            and (query.device.type == "cuda" or (query.device.type == "cpu" and limits.TRITON_INTERPRETED))
-            and query.dtype in limits.DTYPES
-            and (query.dtype != torch.bfloat16 or takes_bf16(query.device))
-            and call.bias_dtype == query.dtype
-            and query.shape == key.shape == value.shape
-            and query.dtype == key.dtype == value.dtype
-            and query.shape[-1] <= limits.MAX_HEAD_DIM
-            and call.length <= limits.MAX_LENGTH
-            and call.takes_fused_arguments()
-            and is_boolean_mask(call.mask, query)
-        )
+        if call.kernels is None:
+            return NO_KERNELS
+        if call.in_decoder:
+            return "a decoder's self-attention is causal, and the Triton kernels have no causal mask"
+        if not limits.TRITON_FOUND:
+            return "Triton is not installed"
+        if not (query.device.type == "cuda" or (query.device.type == "cpu" and limits.TRITON_INTERPRETED)):
+            return f"the query is on {query.device.type}: the Triton kernels run on CUDA (on the CPU interpreted only)"
+        if query.dtype not in limits.DTYPES:
+            return f"the query is {query.dtype}, which the Triton kernels do not take"
+        if query.dtype == torch.bfloat16 and not takes_bf16(query.device):
+            return f"bfloat16 needs compute capability {limits.BF16_FROM[0]}.{limits.BF16_FROM[1]} (and a GPU)"
+        if call.bias_dtype != query.dtype:
+            return f"the bias is {call.bias_dtype} (autocast) and the query {query.dtype}"
+        if not (query.shape == key.shape == value.shape and query.dtype == key.dtype == value.dtype):
+            return "query, key and value differ in shape or dtype (grouped heads, a KV cache)"
+        if query.shape[-1] > limits.MAX_HEAD_DIM:
+            return f"heads of {query.shape[-1]} exceed the Triton kernels' {limits.MAX_HEAD_DIM}"
+        if call.length > limits.MAX_LENGTH:
+            return f"{call.length} tokens exceed the dropout counter's {limits.MAX_LENGTH}"
+        unsupported = call.unsupported_arguments_refusal()
+        if unsupported is not None:
+            return unsupported
+        if not is_boolean_mask(call.mask, query):
+            return "the padding mask is not boolean (transformers' sdpa mask) or does not broadcast to (B, H, n, n)"
+        return None
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         query = call.query

@@ -74,24 +74,40 @@ class SdpaCall:
         causal = self.masks_causally_itself()
         return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal)
 
-    def takes_fused_arguments(self) -> bool:
-        """Whether the call has none of the arguments routes that call an attention kernel directly cannot take."""
-        return not any(self.kwargs.get(name) is not None for name in UNSUPPORTED_DIRECT_KWARGS)
+    def unsupported_arguments_refusal(self) -> str | None:
+        """Why a route that calls an attention kernel directly cannot take the call's arguments, or None."""
+        passed = [name for name in UNSUPPORTED_DIRECT_KWARGS if self.kwargs.get(name) is not None]
+        return (
+            f"the call passes {', '.join(passed)}, which no attention kernel called directly takes" if passed else None
+        )
 
-    def is_long_inference(self) -> bool:
-        """No gradient reaches the kernels and every layer's bias at this length would not fit the kernels' cache:
-        the routes that never store the (H, n, n) bias."""
-        return not self.kernels.needs_grad() and not self.kernels.fits_cache(self.length, self.bias_dtype)
+    def long_inference_refusal(self) -> str | None:
+        """Why the call is not one for the routes that never store the (H, n, n) bias (no gradient reaches the
+        kernels, and every layer's bias at this length would not fit the kernels' cache), or None."""
+        if self.kernels.needs_grad():
+            return "a gradient reaches the kernels (it is an inference route)"
+        if self.kernels.fits_cache(self.length, self.bias_dtype):
+            return f"every layer's bias at {self.length} tokens fits the kernels' cache, which holds it"
+        return None
+
+
+# The refusal every route that adds TISA's bias gives a layer without kernels.
+NO_KERNELS = "the layer has no TISA kernels (S = 0, or switched off)"
 
 
 class SdpaRoute:
-    """A route of `tisa_sdpa`: `name` as `tisa-hf env` prints it, `applies` to a call, `run` on it (the output as
-    transformers' attention functions return it, (B, n, H, d), and no weights)."""
+    """A route of `tisa_sdpa`: `name` as `tisa-hf env` prints it, its `refusal` of a call (why it does not run it,
+    or None where it does: it `applies`), `run` on a call (the output as transformers' attention functions return
+    it, (B, n, H, d), and no weights)."""
 
     name: str
 
-    def applies(self, call: SdpaCall) -> bool:
+    def refusal(self, call: SdpaCall) -> str | None:
+        """Why this route does not run `call`, in a clause `tisa-hf env` prints, or None where it does."""
         raise NotImplementedError
+
+    def applies(self, call: SdpaCall) -> bool:
+        return self.refusal(call) is None
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         raise NotImplementedError

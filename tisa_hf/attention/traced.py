@@ -12,14 +12,18 @@ from __future__ import annotations
 import torch
 
 from . import logits
-from .route import SdpaCall, SdpaRoute
+from .route import NO_KERNELS, SdpaCall, SdpaRoute
 
 
 class TracedTrainableBiasRoute(SdpaRoute):
     name = "math attention + trainable bias (traced)"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return call.kernels.needs_grad()
+    def refusal(self, call: SdpaCall) -> str | None:
+        if call.kernels is None:
+            return NO_KERNELS
+        if not call.kernels.needs_grad():
+            return "no gradient reaches the kernels: the stored bias keeps PyTorch's SDPA kernels in the program"
+        return None
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         mask = call.biased_mask()
