@@ -9,6 +9,7 @@ from reference import reference_forward
 from test_attention import make_inputs
 from transformers import AutoModel
 
+import tisa_hf
 import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tisa_hf.errors import UsageError
@@ -42,9 +43,8 @@ def test_report_names_the_route_a_model_takes(monkeypatch, phase, length):
     taken = set(recorder.taken)
     reported = routes.route("sdpa", phase, length, SHAPE, CPU, None)
     assert len(taken) == 1
-    # Random kernels are nonzero at every offset: the report names their route first (and the banded route after
-    # it, for kernels that are 0 outside a band, where that route exists).
-    assert reported.startswith(recorder.taken[0].name + " (")
+    # Random kernels are nonzero at every offset, as the report's stand-in kernels are.
+    assert reported.chosen.startswith(recorder.taken[0].name + " (")
     expected = {
         "train": attention.STORED_BIAS,
         "train, dropout 0": attention.TRAINABLE_BIAS,
@@ -58,29 +58,56 @@ def test_env_command_prints_the_machine_and_the_routes(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"torch {torch.__version__} (CUDA ") and lines[0].endswith("device cpu")
     assert f"torch threads: {torch.get_num_threads()} intra-op" in lines[2]
-    assert "  sdpa, float32, train, dropout 0: 128, 8192: trainable-bias SDPA (flash forward)" in lines
+    assert (
+        lines[lines.index("  sdpa, float32, train, dropout 0:") + 1]
+        == "    128, 8192: trainable-bias SDPA (flash forward)"
+    )
     assert (
         "  sm_75 (Turing: RTX 2080, T4): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 (no "
         "bf16); flex attention: not available; fused TISA kernel: fp32 or fp16 (no bf16), heads up to 128, 1 "
-        "pipeline stage, opt-in (TISA_HF_FUSED_ATTENTION=1)" in lines
+        "pipeline stage, in the fused policy" in lines
     )
     assert (
-        "  sm_90 (Hopper: H100, H200): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 or bf16; "
-        "flex attention: offset table in score_mod; fused TISA kernel: fp32 or fp16 or bf16, heads up to 128, 2 "
-        "pipeline stages, opt-in (TISA_HF_FUSED_ATTENTION=1)" in lines
+        "  (the standard policy, the default; the fused policy: TisaConfig(sdpa_policy='fused') for one model, "
+        "TISA_HF_FUSED_ATTENTION=1 for every model that names none)" in lines
     )
-    assert "  sdpa, float32, train: 128, 8192: SDPA + stored bias (math)" in lines
+    inference = lines.index("  sdpa, float32, inference:")
+    assert lines[inference + 1 : inference + 8] == [
+        "    128: SDPA + stored bias (flash)",
+        "      not sdpa: the layer has TISA kernels",
+        "      not banded SDPA: every layer's bias at 128 tokens fits the kernels' cache, which holds it",
+        "      not blockwise SDPA: every layer's bias at 128 tokens fits the kernels' cache, which holds it",
+        "      not trainable-bias SDPA: no gradient reaches the kernels: the bias is a constant mask PyTorch's own "
+        "kernels take",
+        "    8192: blockwise SDPA (flash)",
+        "      not sdpa: the layer has TISA kernels",
+    ]
+    assert "      not banded SDPA: the layer's f(k) is not 0 outside a band of at most 0.25n offsets" in lines
     assert (
-        "  sdpa, float32, inference: 128: SDPA + stored bias (flash); 8192: blockwise SDPA (flash), or banded SDPA "
-        "(flash) for a layer whose f(k) is 0 outside a band of at most 0.25n offsets" in lines
+        lines[lines.index("  flex_attention, float32, inference:") + 1]
+        == "    128, 8192: flex, offset table in score_mod"
     )
-    bf16 = "  sdpa, bfloat16 autocast, inference: 128: SDPA + stored bias (flash); 8192: blockwise SDPA (flash)"
-    assert bf16 in lines
-    assert "  flex_attention, float32, inference: 128, 8192: flex, offset table in score_mod" in lines
-    assert (
-        "  flex_attention, float32, train, dropout 0: 128, 8192: refused: flex attention cannot train TISA "
-        "kernels on CPU" in lines
-    )
+    train = lines.index("  flex_attention, float32, train, dropout 0:")
+    assert lines[train + 1] == "    128, 8192: refused: flex attention cannot train TISA kernels on CPU"
+
+
+@pytest.mark.parametrize(
+    ("phase", "length", "route", "reason"),
+    [
+        (routes.PHASES[0], 12, attention.TRAINABLE_BIAS, "attention dropout 0.1, which the hand-written backward "),
+        (routes.PHASES[1], 12, attention.BLOCKWISE, "a gradient reaches the kernels (it is an inference route)"),
+        (routes.PHASES[2], 12, attention.BLOCKWISE, "every layer's bias at 12 tokens fits the kernels' cache"),
+        (routes.PHASES[2], 30, attention.BANDED, "the layer's f(k) is not 0 outside a band of at most 0.25n"),
+    ],
+)
+def test_the_report_says_why_each_route_passed_over_did_not_apply(monkeypatch, phase, length, route, reason):
+    """The reasons are the routes' own refusals: one condition changed (dropout, grad mode, a length past the cache)
+    changes the reason a route gives, and the route that gave none is the one chosen."""
+    monkeypatch.setattr(TisaPositionBias, "cache_limit_bytes", 3 * 4 * 20 * 20 * 4)  # blockwise beyond 20 tokens
+    reported = routes.route("sdpa", phase, length, SHAPE, CPU, None)
+    reasons = dict(line.split(": ", 1) for line in reported.passed_over)
+    assert reasons[route.name].startswith(reason)
+    assert not reported.chosen.startswith(tuple(reasons))
 
 
 def test_flex_route_reads_offset_table_and_never_builds_the_full_bias(monkeypatch):
@@ -218,3 +245,28 @@ def test_bench_times_the_fused_route_against_stock_sdpa_on_cuda_only():
         bench.step_function(case, lambda **batch: seen.append(batch.get(attention.SDPA_POLICY_KWARG)))()
     assert seen == [None, attention.FUSED_SDPA_POLICY]  # stock sdpa against TISA on the fused route
     assert cases.bert_base_config("fused", 0.1)._attn_implementation == "sdpa"
+
+
+def test_a_model_names_its_policy_in_its_config_and_keeps_it_when_saved(monkeypatch, tmp_path):
+    """`TisaConfig.sdpa_policy` chooses every layer's policy (a call's `tisa_sdpa_policy` still comes first), is
+    saved with the config, and may be set when loading any checkpoint; an unknown name is refused in one line."""
+    seen = []
+    choose = attention.SdpaPolicy.choose
+    monkeypatch.setattr(
+        attention.SdpaPolicy, "choose", lambda policy, call: seen.append(policy) or choose(policy, call)
+    )
+    config = tiny_config("bert", tisa={"num_kernels": 2, "init": "random", "sdpa_policy": "fused"})
+    model = AutoModel.from_config(config, attn_implementation="sdpa").eval()
+    input_ids, mask = padded(config, 8)
+    with torch.no_grad():
+        model(input_ids=input_ids, attention_mask=mask)
+        model(input_ids=input_ids, attention_mask=mask, tisa_sdpa_policy=attention.policy.STANDARD_SDPA_POLICY)
+    layers = config.num_hidden_layers
+    assert seen == [attention.FUSED_SDPA_POLICY] * layers + [attention.policy.STANDARD_SDPA_POLICY] * layers
+    model.save_pretrained(tmp_path)
+    assert AutoModel.from_pretrained(tmp_path).config.tisa.sdpa_policy == "fused"
+    settings = {**model.config.tisa.to_dict(), "sdpa_policy": "standard"}
+    assert AutoModel.from_pretrained(tmp_path, tisa=settings).config.tisa.sdpa_policy == "standard"
+    with pytest.raises(ValueError, match=r"^TisaConfig.sdpa_policy must be one of standard, fused or None; got 'x'\.$"):
+        tisa_hf.TisaConfig(sdpa_policy="x")
+    assert list(attention.policy.NAMED_SDPA_POLICIES) == list(tisa_hf.config.SDPA_POLICIES)

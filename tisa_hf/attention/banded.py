@@ -66,7 +66,7 @@ def banded_path_refusal(call: SdpaCall) -> str | None:
     if query.device.type not in ("cpu", "cuda"):
         return f"the query is on {query.device.type}: the route runs on the CPU or CUDA"
     if query.dtype not in LOG_SUM_EXP_DTYPES or call.bias_dtype != query.dtype:
-        return f"the logits are {call.bias_dtype}: the route runs in float32"
+        return f"the logits are {call.bias_dtype}: the route runs in float32 only"
     if query.shape[1] != call.key.shape[1] or not call.is_square:
         return "queries and keys differ in heads or length (grouped heads, a KV cache)"
     if call.dropout:

@@ -6,7 +6,8 @@ never replaced, so every other model computes exactly what it did before.
 Each function reads its module's `AttentionSite` (set when the model was patched), takes that layer's bias from the
 encoder's kernel module and hands the logits' bias to the plain backend:
 - `tisa_eager`: the bias merged into the additive mask; `output_attentions=True` returns probabilities with it.
-- `tisa_sdpa`: as `sdpa`, on the route its policy chooses (`policy.py`).
+- `tisa_sdpa`: as `sdpa`, on the route its policy chooses (`policy.py`): the call's `tisa_sdpa_policy`, else the
+  model's `TisaConfig.sdpa_policy`, else the default.
 - `tisa_flex_attention`: flex attention whose score modification adds the layer's offset table (`flex.py`).
 """
 
@@ -27,7 +28,7 @@ from .length_scale import length_scale_from, length_scaled_query
 from .logits import bias_dtype
 from .policy import SDPA_POLICY_KWARG, call_policy
 from .route import SdpaCall
-from .sites import site_kernels
+from .sites import site_kernels, site_of
 
 
 def tisa_eager_attention_forward(
@@ -61,7 +62,7 @@ def tisa_sdpa_attention_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention with the layer's TISA bias, on the route its policy chooses (`policy.py`)."""
-    policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy()
+    policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy(site_of(module).encoder.config.tisa.sdpa_policy)
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
     call = SdpaCall(query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs)

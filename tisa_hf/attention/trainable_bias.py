@@ -37,7 +37,7 @@ def fused_bias_path_refusal(call: SdpaCall) -> str | None:
     if query.device.type != "cpu":
         return f"the query is on {query.device.type}: the route is for the CPU's flash attention kernel"
     if query.dtype not in LOG_SUM_EXP_DTYPES:
-        return f"the query is {query.dtype}: the CPU's flash attention kernel runs it only in float32 here"
+        return f"the query is {query.dtype}: the route runs in float32 only"
     if call.bias_dtype != query.dtype:
         return f"the bias is {call.bias_dtype} (autocast) and the query {query.dtype}"
     if query.shape[1] != call.key.shape[1]:
