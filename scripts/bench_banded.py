@@ -19,7 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-from tisa_hf.attention import banded, blockwise, log_sum_exp
+from tisa_hf.attention import blockwise
+from tisa_hf.attention.banded import log_sum_exp
+from tisa_hf.attention.banded import sdpa as banded
 from tisa_hf.kernels import nonzero_band
 from tisa_hf.performance.cases import synchronize
 

@@ -1,4 +1,4 @@
-"""The banded route of `tisa_sdpa` (`banded.banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
+"""The banded route of `tisa_sdpa` (`banded/sdpa.py`'s `banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
 band of offsets, against softmax(q kᵀ · scale + F + mask) v built explicitly, with and without padding; and a whole
 model on it against the blockwise route and the reference written from the equations. On the CPU and, where there
 is one, a CUDA GPU (PyTorch's memory-efficient kernel there)."""
@@ -14,7 +14,9 @@ from transformers import AutoModel
 import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tests.reference import reference_forward
-from tisa_hf.attention import banded, banded_padded, log_sum_exp
+from tisa_hf.attention.banded import log_sum_exp
+from tisa_hf.attention.banded import padded as banded_padded
+from tisa_hf.attention.banded import sdpa as banded
 from tisa_hf.kernels import TisaPositionBias, nonzero_band
 
 pytestmark = pytest.mark.core

@@ -20,7 +20,7 @@ import torch
 
 from ..config import SDPA_POLICIES
 from ..kernels import TisaPositionBias
-from .banded import BandedRoute
+from .banded_route import BandedRoute
 from .blockwise import BlockwiseRoute
 from .fused_route import FusedRoute
 from .route import SdpaCall, SdpaRoute

@@ -1,6 +1,6 @@
 """PyTorch's SDPA kernels that return the log-sum-exp beside the output, called directly (the CPU's flash
 attention kernel, CUDA's memory-efficient attention kernel), and the merge of two attentions over disjoint keys by
-their log-sum-exps: the pieces the banded route (`banded.py`, `banded_padded.py`) is built of."""
+their log-sum-exps: the pieces the banded computation (`sdpa.py`, `padded.py`) is built of."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""The banded route (`banded_biased_sdpa`, exact): long inputs without gradients, in float32 on the CPU or CUDA, whose
-layer's f(k) is exactly 0 outside a band of offsets at most a quarter of the length wide (fitted and adapted
-Gaussians underflow to 0 a few hundred tokens out; a far-field term never does). Without padding, each row's keys
-left of its band and right of it go to two causal attention calls with no bias (the second on reversed copies) and its
-band to one attention call over overlapping windows that share one mask window, merged by their log-sum-exps; a padded
-batch takes one plain attention call corrected within the band (`banded_padded.py`). The (H, n, n) bias is never built.
-The attention calls and their merge are `log_sum_exp.py`'s."""
+"""The banded computation (`banded_biased_sdpa`, exact) for long inputs without gradients whose layer's f(k) is exactly
+0 outside a band of offsets: without padding, each row's keys left of its band and right of it go to two causal
+attention calls with no bias (the second on reversed copies) and its band to one attention call over overlapping
+windows that share one mask window, merged by their log-sum-exps; a padded batch takes one plain attention call
+corrected within the band (`padded.py`). The (H, n, n) bias is never built. The attention calls and their merge are
+`log_sum_exp.py`'s."""
 
 from __future__ import annotations
 
@@ -13,76 +12,19 @@ from types import EllipsisType
 
 import torch
 
-from ..kernels import nonzero_band
-from .banded_padded import corrected_banded_sdpa
-from .blockwise import ToeplitzBias, blockwise_biased_sdpa
+from ...kernels import nonzero_band
 from .log_sum_exp import attention_with_log_sum_exp, merge_attention
-from .route import LOG_SUM_EXP_DTYPES, NO_KERNELS, SdpaCall, SdpaRoute, sdpa_backend
+from .padded import corrected_banded_sdpa
 
 # The banded route (`banded_biased_sdpa`), taken where a layer's f(k) is exactly 0 outside a band of at most
 # `BANDED_MAX_WIDTH_SHARE` of the input's length (wider bands: blockwise). Without a padding mask the band's keys are
 # attended in query blocks of `BANDED_BLOCK_ROWS` rows (`BANDED_ACCELERATOR_BLOCK_ROWS` off the CPU), all interior
 # blocks in one attention call, and the rows at either end in calls whose explicit mask holds at most
-# `BANDED_EDGE_MASK_BYTES` (with a padding mask: `banded_padded.py`).
+# `BANDED_EDGE_MASK_BYTES` (with a padding mask: `padded.py`).
 BANDED_MAX_WIDTH_SHARE = 0.25
 BANDED_BLOCK_ROWS = 32
 BANDED_ACCELERATOR_BLOCK_ROWS = 64
 BANDED_EDGE_MASK_BYTES = 16 * 2**20
-
-
-class BandedRoute(SdpaRoute):
-    name = "banded SDPA"
-
-    def refusal(self, call: SdpaCall) -> str | None:
-        if call.kernels is None:
-            return NO_KERNELS
-        if call.layer is None:
-            return "a call described without its layer, whose band it reads"
-        if call.in_decoder:
-            return "a decoder's self-attention is causal"
-        return call.long_inference_refusal() or banded_path_refusal(call)
-
-    def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
-        table = call.kernels.offset_table(call.layer, call.length, call.bias_dtype)
-        output = torch.ops.tisa_hf.banded_sdpa(call.query, call.key, call.value, call.mask, table, call.scaling)
-        return output.transpose(1, 2).contiguous(), None
-
-    def describe(self, call: SdpaCall) -> str:
-        backend = sdpa_backend(call.query, call.key, None, call.dropout)
-        return (
-            f"{self.name} ({backend}) for a layer whose f(k) is 0 outside a band of at most "
-            f"{BANDED_MAX_WIDTH_SHARE:g}n offsets"
-        )
-
-
-def banded_path_refusal(call: SdpaCall) -> str | None:
-    """Why a long-input inference call cannot take `banded_biased_sdpa`, or None where it can: on the CPU or CUDA in
-    float32 (PyTorch's SDPA kernels that return the log-sum-exp), self-attention without dropout, grouped heads,
-    gradients or an unsupported argument, without a far-field term (which is never 0), and with the layer's f(k)
-    exactly 0 outside a band of offsets that, widened to hold 0, spans at most `BANDED_MAX_WIDTH_SHARE` of the length
-    (read from the layer's own offset table at this length, `TisaPositionBias.nonzero_band`; inside a compiled graph
-    `banded_sdpa` reads it when the call runs)."""
-    query, length = call.query, call.length
-    if query.device.type not in ("cpu", "cuda"):
-        return f"the query is on {query.device.type}: the route runs on the CPU or CUDA"
-    if query.dtype not in LOG_SUM_EXP_DTYPES or call.bias_dtype != query.dtype:
-        return f"the logits are {call.bias_dtype}: the route runs in float32 only"
-    if query.shape[1] != call.key.shape[1] or not call.is_square:
-        return "queries and keys differ in heads or length (grouped heads, a KV cache)"
-    if call.dropout:
-        return f"attention dropout {call.dropout}"
-    if call.kernels.far_field_slope is not None:
-        return "the kernels' far-field term is never 0"
-    if torch.is_grad_enabled():
-        return "grad mode is on, and the route has no backward"
-    unsupported = call.unsupported_arguments_refusal()
-    if unsupported is not None:
-        return unsupported
-    if torch.compiler.is_compiling():
-        return None  # the band is read when the call runs (`banded_sdpa`)
-    if not band_fits(call.kernels.nonzero_band(call.layer, length, call.bias_dtype), length):
-        return f"the layer's f(k) is not 0 outside a band of at most {BANDED_MAX_WIDTH_SHARE:g}n offsets"
-    return None
 
 
 def banded_biased_sdpa(
@@ -111,34 +53,6 @@ def banded_biased_sdpa(
             return attention_with_log_sum_exp(query, key, value, scale=scale)[0]
         return split_banded_sdpa(query, key, value, table, band, scale)
     return corrected_banded_sdpa(query, key, value, mask, table, band, scale)
-
-
-@torch.library.custom_op("tisa_hf::banded_sdpa", mutates_args=())
-def banded_sdpa(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor | None,
-    table: torch.Tensor,
-    scale: float | None,
-) -> torch.Tensor:
-    """The banded route as one operator, (B, H, n, d): `banded_biased_sdpa` where the layer's band allows
-    (`band_fits`), else blockwise (as where the padded-batch correction would lose precision).
-
-    An operator, so that `torch.compile` keeps the route whole: it reads the band from the offset table at run
-    time, which a compiled graph cannot branch on, and inside a compiled model it runs exactly as it does eagerly.
-    Inference only (the route is taken without gradients), so it has no backward."""
-    band = nonzero_band(table)
-    if band_fits(band, query.shape[2]):
-        output = banded_biased_sdpa(query, key, value, mask, table, scale, band)
-        if output is not None:
-            return output.contiguous()
-    return blockwise_biased_sdpa(query, key, value, mask, ToeplitzBias(table, query.shape[2]), 0.0, scale)
-
-
-@banded_sdpa.register_fake
-def _(query, key, value, mask, table, scale):
-    return query.new_empty(*query.shape[:-1], value.shape[-1])
 
 
 def band_fits(band: tuple[int, int] | None, length: int) -> bool:
