@@ -270,3 +270,20 @@ def test_a_model_names_its_policy_in_its_config_and_keeps_it_when_saved(monkeypa
     with pytest.raises(ValueError, match=r"^TisaConfig.sdpa_policy must be one of standard, fused or None; got 'x'\.$"):
         tisa_hf.TisaConfig(sdpa_policy="x")
     assert list(attention.policy.NAMED_SDPA_POLICIES) == list(tisa_hf.config.SDPA_POLICIES)
+
+
+def test_the_fused_route_says_which_condition_a_call_lacks(monkeypatch):
+    """One condition changed at a time (the device, the dtype, the mask), each with its own reason."""
+    monkeypatch.setattr(attention.fused_route.limits, "TRITON_INTERPRETED", False)
+    kernels = TisaPositionBias(1, 2, 1)
+    query = torch.zeros(1, 2, 8, 16)
+
+    def refusal(query=query, mask=None):
+        return attention.FUSED.refusal(attention.SdpaCall(query, query, query, mask, 0.0, None, kernels, 0))
+
+    assert refusal() == "the query is on cpu: the Triton kernels run on CUDA (on the CPU interpreted only)"
+    monkeypatch.setattr(attention.fused_route.limits, "TRITON_INTERPRETED", True)
+    assert refusal() is None
+    assert refusal(query.bfloat16()) == "bfloat16 needs compute capability 8.0 (and a GPU)"
+    assert refusal(mask=torch.zeros(1, 1, 8, 8)).startswith("the padding mask is not boolean")
+    assert refusal(mask=torch.ones(1, 1, 8, 8, dtype=torch.bool)) is None

@@ -3,9 +3,9 @@
 and the padding mask; nothing of (B, H, n, n) is stored, forward or backward.
 
 It applies to encoders' CUDA tensors (and to CPU tensors under Triton's interpreter, for the tests) of the dtypes and
-head sizes the Triton kernels take, with a boolean padding mask (transformers' sdpa mask). It is in the default policy
-only where `TISA_HF_FUSED_ATTENTION=1` is set (`policy.py`) until GPU measurements choose it by speed
-(docs/performance.md).
+head sizes the Triton kernels take, with a boolean padding mask (transformers' sdpa mask), and says which of these a
+call lacks. It is in the fused policy, which a model names with `TisaConfig(sdpa_policy="fused")` (`policy.py`), until
+GPU measurements choose it by speed (docs/performance.md).
 """
 
 from __future__ import annotations
