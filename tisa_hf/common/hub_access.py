@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 
 from ..errors import UsageError
 from ..packaged import MINILM_ALIAS, resolve_model
-from .saved_files import CONFIG_FILE, check_model_folder
+from .saved_files import CONFIG_FILE, TOKENIZER_FILES, check_model_folder, has_tokenizer
 
 PROBE_TIMEOUT_S = 3.0
 # What failed loads raise: OSError (transformers' "couldn't connect", a missing file, huggingface_hub's
@@ -78,13 +78,17 @@ def model_remedy(option: str = "--model") -> str:
     return f"use {packaged} (the packaged all-MiniLM-L6-v2) or a local model folder"
 
 
-def model_source(name: str, option: str = "--model", needs_config: bool = True) -> ModelSource:
+def model_source(
+    name: str, option: str = "--model", needs_config: bool = True, needs_tokenizer: bool = False
+) -> ModelSource:
     """Checks that `name` (`minilm`, a local folder or a Hub id) can be loaded, without loading it.
 
     A Hub id is fine when the Hub answers, or when the local cache holds it (then it is read from the cache only,
     skipping transformers' retries); a local folder must hold a config.json unless `needs_config` is False (a
-    tokenizer's folder), and its config.json and weights are checked (`check_model_folder`). Anything else is a
-    UsageError naming the problem and the way out.
+    tokenizer's folder), a tokenizer when `needs_tokenizer` (the command reads text with the model's own: a model
+    saved alone by `save_pretrained` has none, and transformers then fails only after loading, in a traceback),
+    and its config.json and weights are checked (`check_model_folder`). Anything else is a UsageError naming the
+    problem and the way out.
     """
     try:
         path = resolve_model(name)
@@ -96,6 +100,12 @@ def model_source(name: str, option: str = "--model", needs_config: bool = True) 
             raise UsageError(
                 f"{option} {name} is a folder without {CONFIG_FILE}, so not a saved model (save_pretrained writes "
                 f"one); {remedy}."
+            )
+        if needs_tokenizer and not has_tokenizer(path):
+            raise UsageError(
+                f"{option} {name} is a model folder without a tokenizer (none of {', '.join(TOKENIZER_FILES)}), as "
+                f"save_pretrained writes a model alone; save the tokenizer it was trained with into it "
+                f"(tokenizer.save_pretrained({name!r})), or {remedy}."
             )
         check_model_folder(path)
         return ModelSource(path)
