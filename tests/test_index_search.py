@@ -112,6 +112,10 @@ def test_search_top_k_equals_a_brute_force_maxsim(models, corpus_file, tmp_path,
     argv = [str(tmp_path / "index"), "--queries", str(questions), "--query-field", "question", "--top-k", "4"]
     assert search([*argv, "--out", str(tmp_path / "hits.json")]) == 0
     found = json.loads((tmp_path / "hits.json").read_text())
+    assert (
+        capsys.readouterr().out
+        == f"{4 * len(QUESTIONS)} hits of {len(QUESTIONS)} queries (top 4) written to {tmp_path / 'hits.json'}.\n"
+    )
 
     encoder = MultiVectorEncoder(model, device="cpu")
     queries = encoder.encode_query(QUESTIONS)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import huggingface_hub
 from huggingface_hub import constants, errors
@@ -133,6 +134,32 @@ def check_hub_dataset(name: str, remedy: str) -> None:
             f"The dataset {name} comes from the Hugging Face Hub, which is unreachable; {remedy} (or set "
             "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache)."
         )
+
+
+# Where the WikiText-style text of the commands comes from when no file is given: WikiText-2 (raw) on the Hub.
+WIKITEXT_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
+WIKITEXT_HELP = f"default: WikiText-2's %s split from the Hub, {WIKITEXT_HUB[0]} {WIKITEXT_HUB[1]}"
+
+
+def wikitext_file(split: str, option: str) -> Path:
+    """WikiText-2's `split` from the Hub as the text file that `option` otherwise names (one line a row, blank
+    lines kept, ` = Title = ` lines starting articles), written once into the datasets cache; one line, before any
+    model loads, when the Hub or the cache cannot give it."""
+    import datasets  # here: the commands that read WikiText bring it
+
+    name, config = WIKITEXT_HUB
+    path = Path(datasets.config.HF_DATASETS_CACHE) / "tisa_hf" / f"{config}-{split}.txt"
+    if path.is_file():
+        return path
+    remedy = f"pass {option} with a local copy of WikiText-2 (docs/long-documents.md#the-data says how to get one)"
+    check_hub_dataset(name, remedy)
+    with loading_errors(f"{name} ({config}, {split})", remedy):
+        rows = datasets.load_dataset(name, config, split=split)["text"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text("".join(row or "\n" for row in rows), encoding="utf-8")
+    partial.replace(path)
+    return path
 
 
 @contextmanager

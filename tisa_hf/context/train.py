@@ -35,7 +35,7 @@ from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
-from ..common.hub_access import model_source
+from ..common.hub_access import model_source, wikitext_file
 from ..common.machine import machine, versions
 from ..common.result_files import write_record
 from ..common.sentence_models import check_mean_pooling, is_sentence_transformer, save_sentence_transformer
@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.output_dir)
     if args.overwrite:
         shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+    args.train_text = args.train_text or str(wikitext_file("validation", "--train-text"))
     articles = read_titled_articles(args.train_text, args.articles)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = build_training_rows(
