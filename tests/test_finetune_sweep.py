@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def write_sweep(tmp_path, **extra):
     """A sweep over RTE, its data in `tmp_path` (the files checked before any run; tests that run one write them
     whole)."""
-    (tmp_path / "RTE").mkdir(exist_ok=True)
-    (tmp_path / "RTE" / "train.tsv").touch()
+    for task in ("RTE", "MRPC", "CoLA"):
+        (tmp_path / task).mkdir(exist_ok=True)
+        (tmp_path / task / "train.tsv").touch()
     (tmp_path / "glue").mkdir(exist_ok=True)
     (tmp_path / "glue" / "rte.yaml").write_text("task: rte\nmax_steps: 4\n")
     sweep = {
@@ -302,7 +303,7 @@ def test_glue_from_the_hub_out_of_reach_stops_the_sweep_once(tmp_path, monkeypat
     """The smoke sweep reads GLUE from the Hub, as every sweep without data_dir does."""
     monkeypatch.setattr("tisa_hf.common.hub_access.hub_reachable", lambda timeout=None: False)
     monkeypatch.chdir(tmp_path)
-    assert "data_dir" not in (ROOT / "configs/sweeps/minilm-smoke.yaml").read_text()
+    assert "data_dir" not in yaml.safe_load((ROOT / "configs/sweeps/minilm-smoke.yaml").read_text())["settings"]
     assert main(["--config", str(ROOT / "configs/sweeps/minilm-smoke.yaml")]) == 2
     assert capsys.readouterr().err == (
         "tisa-hf sweep: The dataset nyu-mll/glue comes from the Hugging Face Hub, which is unreachable; set data_dir "

@@ -143,3 +143,44 @@ def test_a_hub_name_while_the_hub_is_out_of_reach(command, offline, files, capsy
         f"tisa-hf {command}: {named} is not a local folder and not in the local Hub cache, and {reason}, so it cannot "
         f"be downloaded; {remedy(command)}"
     ]
+
+
+# Each command whose data comes from the Hub unless a file is named: its line without that option.
+HUB_DATA = {
+    "sts": (["sts", "minilm", "--out", "{tmp}/run"], "nyu-mll/glue", "pass --data with GLUE's STS-B dev.tsv"),
+    "longembed": (
+        ["longembed", "minilm", "--out", "{tmp}/run"],
+        "Salesforce/wikitext",
+        "pass --text with a local copy of WikiText-2 (docs/long-documents.md#the-data says how to get one)",
+    ),
+    "spans": (
+        ["spans", "minilm", "--out", "{tmp}/run"],
+        "Salesforce/wikitext",
+        "pass --data with a local copy of WikiText-2 (docs/long-documents.md#the-data says how to get one)",
+    ),
+    "context-passages": (
+        ["context-passages", "minilm", "--out", "{tmp}/run"],
+        "Salesforce/wikitext",
+        "pass --data with a local copy of WikiText-2 (docs/long-documents.md#the-data says how to get one)",
+    ),
+    "context-train": (
+        ["context-train", "--model", "minilm", "--output-dir", "{tmp}/run"],
+        "Salesforce/wikitext",
+        "pass --train-text with a local copy of WikiText-2 (docs/long-documents.md#the-data says how to get one)",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", sorted(HUB_DATA))
+def test_data_from_the_hub_out_of_reach_is_one_line_before_any_model_loads(command, files, capsys, monkeypatch):
+    """No default reads a folder beside the project: without a file the data comes from the Hub, and a Hub out of
+    reach is one line naming the option that takes a local copy."""
+    monkeypatch.setattr(hub_access, "hub_reachable", lambda timeout=None: False)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(files / "datasets-cache"))  # a cache that holds nothing yet
+    monkeypatch.setattr("datasets.config.HF_DATASETS_CACHE", files / "datasets-cache")
+    argv, dataset, remedy = HUB_DATA[command]
+    assert cli.main([argument.format(tmp=files) for argument in argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"tisa-hf {command}: The dataset {dataset} comes from the Hugging Face Hub, which is unreachable; {remedy} "
+        "(or set HF_HUB_OFFLINE=1 to use a copy in the local datasets cache)."
+    ]

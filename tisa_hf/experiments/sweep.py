@@ -7,7 +7,8 @@ every configuration; after each seed, a whole cross-validation). Finished runs (
 metrics.json exists) are skipped and runs with a complete checkpoint are resumed, so a sweep that was killed
 continues where it stopped when started again. A finished run whose recorded settings differ from what the sweep
 now asks of it (an edited task config or variant) stops the sweep before anything runs: it would otherwise be
-reported as a run of the new settings. Sweep file keys:
+reported as a run of the new settings, and so does data a task's runs cannot read (a data_dir without the task's
+files, or the Hub out of reach where no data_dir is set), once, rather than once a run. Sweep file keys:
 
     model: albert-base-v2            # any --model value
     output_dir: runs/table3a         # runs go to OUTPUT_DIR/TASK/VARIANT/seed-SEED
