@@ -21,7 +21,7 @@ import functools
 import logging
 
 import transformers.models.auto.modeling_auto as auto_models
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils.generic import is_flash_attention_requested
 
 from .adapters import ADAPTERS, EncoderAdapter, adapter_for
@@ -173,7 +173,9 @@ def _build_tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrain
         "__module__": __name__,
         "__qualname__": name,
     }
-    return publish_class(globals(), type(name, (TisaModelMixin, model_class), namespace))
+    # A class that generates names GenerationMixin among its own bases, as transformers 5 asks of generative classes.
+    generation = (GenerationMixin,) if issubclass(model_class, GenerationMixin) else ()
+    return publish_class(globals(), type(name, (TisaModelMixin, model_class, *generation), namespace))
 
 
 def __getattr__(name: str) -> type[PreTrainedModel]:

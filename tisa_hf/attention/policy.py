@@ -41,6 +41,10 @@ class SdpaPolicy:
     routes: tuple[SdpaRoute, ...]
 
     def choose(self, call: SdpaCall) -> SdpaRoute:
+        """The first route that applies; a packed row (`SdpaCall.positions`) takes the stored bias, the one route
+        that builds a bias per row."""
+        if call.positions is not None and call.kernels is not None:
+            return STORED_BIAS
         for route in self.routes:
             if route.applies(call):
                 return route

@@ -26,7 +26,8 @@ BF16_FROM = PIPELINED_FROM = (8, 0)
 class SdpaCall:
     """One call: the inputs transformers hands over (the query already length-scaled), the layer's kernels (None:
     S = 0 or switched off) and its layer (None: a call described without one, whose banded route is not
-    considered); `module`, `is_causal` and `kwargs` go on to transformers' own sdpa function."""
+    considered); `module`, `is_causal` and `kwargs` go on to transformers' own sdpa function. `positions`: the
+    position ids of a row of packed sequences (`logits.packed_positions`), None for every other call."""
 
     query: torch.Tensor
     key: torch.Tensor
@@ -39,6 +40,7 @@ class SdpaCall:
     module: nn.Module | None = None
     is_causal: bool | None = None
     kwargs: dict = field(default_factory=dict)
+    positions: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -65,7 +67,7 @@ class SdpaCall:
     def biased_mask(self) -> torch.Tensor:
         """The call's additive mask with its layer's bias (`logits.biased_mask`)."""
         causal = self.masks_causally_itself()
-        return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal)
+        return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal, self.positions)
 
     def takes_fused_arguments(self) -> bool:
         """Whether the call has none of the arguments the fused attention kernels cannot take."""
