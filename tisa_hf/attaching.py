@@ -69,13 +69,25 @@ class PositionIdsForReplaceMode:
 
 
 class SequenceLengthCheck:
-    """Embeddings pre-hook in `add` mode: a clear error for inputs longer than the position table."""
+    """Embeddings pre-hook in `add` mode: a clear error for inputs longer than the position table, or, where the call
+    gives position ids, for ids outside it (`max_length` positions for real tokens, `table_rows` rows in all)."""
 
-    def __init__(self, max_length: int):
+    def __init__(self, max_length: int, table_rows: int):
         self.max_length = max_length
+        self.table_rows = table_rows
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         call = EmbeddingsCall(module, args, kwargs)
+        position_ids = call.get("position_ids")
+        if position_ids is not None:
+            # Given ids pick the rows themselves (a row of packed sequences restarts them): the largest must exist.
+            if int(position_ids.max()) >= self.table_rows:
+                raise ValueError(
+                    f"The position ids reach {int(position_ids.max())} but the position table has rows 0 to "
+                    f"{self.table_rows - 1}, and TISA mode='add' keeps the position embeddings. Keep the ids inside "
+                    "the table, or use TisaConfig(mode='replace'), which accepts any position."
+                )
+            return
         length = call.length() + (call.get("cache_length") or call.get("past_key_values_length") or 0)
         if length > self.max_length:
             raise ValueError(
@@ -113,7 +125,7 @@ class OffsetTablesPerForward:
         if torch.compiler.is_compiling():
             return
         kernels = tisa_bias_module(base)
-        checkpointing = base.training and torch.is_grad_enabled() and base.is_activation_checkpointing
+        checkpointing = base.training and torch.is_grad_enabled() and activation_checkpointing(base)
         if kernels is not None and not checkpointing:
             kernels.begin_forward()
 
@@ -123,6 +135,13 @@ class OffsetTablesPerForward:
         kernels = tisa_bias_module(base)
         if kernels is not None:
             kernels.end_forward()
+
+
+def activation_checkpointing(model: nn.Module) -> bool:
+    """Whether any layer of `model` recomputes its activations, read from the flag every transformers 5.x sets on
+    its layers (the property that reads it changed name in 5.23: `is_gradient_checkpointing`, then
+    `is_activation_checkpointing`)."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
 def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
@@ -140,7 +159,9 @@ def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
         table.row_offset = row_offset
         embeddings.register_forward_pre_hook(PositionIdsForReplaceMode(), with_kwargs=True)
     else:
-        embeddings.register_forward_pre_hook(SequenceLengthCheck(table.num_embeddings - row_offset), with_kwargs=True)
+        embeddings.register_forward_pre_hook(
+            SequenceLengthCheck(table.num_embeddings - row_offset, table.num_embeddings), with_kwargs=True
+        )
     if config.has_scoring_function:
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
         bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels, config.far_field)

@@ -46,7 +46,8 @@ def tisa_eager_attention_forward(
     query = length_scaled_query(module, query, attention_mask)
     if kernels is not None:
         causal = logits.masks_causally_itself(module, kwargs.get("is_causal"), attention_mask, query)
-        attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal)
+        positions = logits.packed_positions(kwargs.get("position_ids"))
+        attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal, positions)
     return logits.math_attention(query, key, value, attention_mask, scaling, dropout, module.training)
 
 
@@ -65,7 +66,10 @@ def tisa_sdpa_attention_forward(
     policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy(site_of(module).encoder.config.tisa.sdpa_policy)
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
-    call = SdpaCall(query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs)
+    positions = logits.packed_positions(kwargs.get("position_ids")) if kernels is not None else None
+    call = SdpaCall(
+        query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs, positions
+    )
     return policy.choose(call).run(call)
 
 
@@ -80,7 +84,7 @@ def tisa_flex_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' flex attention, with the layer's TISA bias read from its offset table by the score function."""
     kernels, layer = site_kernels(module, kwargs)
-    refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0))
+    refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0), kwargs.get("position_ids"))
     if refusal is not None:
         raise UsageError(refusal)
     train_length = length_scale_from(module)
