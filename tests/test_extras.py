@@ -21,7 +21,7 @@ pytestmark = pytest.mark.core
 
 ROOT = Path(__file__).resolve().parents[1]
 # The plugin (what `import tisa_hf` offers): the package's own modules, its attention functions and adapters.
-PLUGIN_MODULES = [*(ROOT / "tisa_hf").glob("*.py"), *(ROOT / "tisa_hf" / "attention").glob("*.py")]
+PLUGIN_MODULES = [*(ROOT / "tisa_hf").glob("*.py"), *(ROOT / "tisa_hf" / "attention").rglob("*.py")]
 PLUGIN_MODULES += [*(ROOT / "tisa_hf" / "adapters").glob("*.py")]
 MOVED_ENTRIES = {"tisa_hf.glue": "glue", "tisa_hf.squad": "squad", "tisa_hf.classify": "classify"}
 HIDE_ALL_EXTRAS = "".join(f"sys.modules[{name!r}] = None\n" for name in sorted(set().union(*EXTRAS.values())))
