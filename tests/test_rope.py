@@ -195,3 +195,15 @@ def test_the_sliding_window_hides_keys_outside_it_on_every_route(monkeypatch, ro
         assert set(recorder.taken) == {expected}
     assert torch.equal(outputs[0], outputs[1])
     assert not torch.allclose(outputs[0], outputs[2])
+
+
+def test_analyze_and_compare_refuse_a_rope_encoder_in_one_line(rope_checkpoint, tmp_path, capsys):
+    from tisa_hf.commands.cli import main
+
+    for command in (["analyze", rope_checkpoint, "--out", str(tmp_path / "r")], ["compare", rope_checkpoint]):
+        assert main(command) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and "Traceback" not in error
+        assert f"{rope_checkpoint!r} cannot be analysed: rotary position embeddings have no position table" in error
+        assert "tisa_hf.extract_positional_profiles(model, input_ids=...)" in error
+    assert not (tmp_path / "r").exists()

@@ -36,6 +36,9 @@ class PositionScheme:
     """What TISA asks of an encoder's position scheme. `describes` names its limit in messages."""
 
     describes: str
+    # Why `tisa-hf analyze` and `compare`, whose analyses read a position table, cannot analyse this scheme (None:
+    # they can).
+    analysis_refusal: str | None = None
 
     def apply_mode(self, base: PreTrainedModel, adapter: EncoderAdapter, mode: str) -> None:
         """Gives the encoder the position behaviour of TISA `mode` (`add` or `replace`)."""
@@ -215,6 +218,11 @@ class RotaryPositions(PositionScheme):
     """Rotary position embeddings, applied to the query and key by each attention module (`base.rotary_emb`)."""
 
     describes = "rotary range"
+    analysis_refusal = (
+        "rotary position embeddings have no position table, which the analyses of tisa-hf analyze and compare read "
+        "(its Toeplitzness, spectrum, attention indicators and variance); each head's rotary profile and its Toeplitz "
+        "fit are tisa_hf.extract_positional_profiles(model, input_ids=...)"
+    )
 
     def apply_mode(self, base: PreTrainedModel, adapter: EncoderAdapter, mode: str) -> None:
         if mode == "replace":
