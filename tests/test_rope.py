@@ -16,6 +16,7 @@ from tisa_hf import TisaConfig
 from tisa_hf.adapters import ADAPTERS, adapter_for
 from tisa_hf.adapters.modernbert import ModernBertAdapter
 from tisa_hf.adapters.positions import profile_text
+from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
 
 pytestmark = pytest.mark.core
@@ -207,3 +208,11 @@ def test_analyze_and_compare_refuse_a_rope_encoder_in_one_line(rope_checkpoint, 
         assert f"{rope_checkpoint!r} cannot be analysed: rotary position embeddings have no position table" in error
         assert "tisa_hf.extract_positional_profiles(model, input_ids=...)" in error
     assert not (tmp_path / "r").exists()
+
+
+def test_length_scaling_is_refused_on_sliding_window_layers(rope_checkpoints):
+    model = AutoModel.from_pretrained(
+        rope_checkpoints["modernbert"], tisa=TisaConfig(init="zeros", length_scale_from=8)
+    ).eval()
+    with pytest.raises(UsageError, match="in a sliding-window layer .ModernBERT's local layers. holds"):
+        model(torch.randint(5, 99, (1, 12)))
