@@ -162,9 +162,12 @@ WINDOW_ROUTES = {
     "fused (interpreted)": ("sdpa", attention.FUSED_SDPA_POLICY, attention.FUSED, False),
     "flex attention": ("flex_attention", None, None, False),
 }
+SLOW_ROUTES = ("fused (interpreted)", "flex attention")  # Triton's interpreter; flex attention compiles on the CPU
 
 
-@pytest.mark.parametrize("route", WINDOW_ROUTES)
+@pytest.mark.parametrize(
+    "route", [pytest.param(route, marks=[pytest.mark.slow] if route in SLOW_ROUTES else []) for route in WINDOW_ROUTES]
+)
 def test_the_sliding_window_hides_keys_outside_it_on_every_route(monkeypatch, route):
     implementation, policy, expected, training = WINDOW_ROUTES[route]
     if route == "fused (interpreted)":

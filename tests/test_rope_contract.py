@@ -12,7 +12,7 @@ import transformers.models.auto.modeling_auto as auto_models
 from transformers import AutoModel, BertTokenizerFast
 
 import tisa_hf
-from tests.fixtures import ROPE_RANGE, WORDS, requires_extra
+from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, WORDS, requires_extra
 from tisa_hf import TisaConfig
 from tisa_hf.adapters import adapter_for
 from tisa_hf.modeling import tisa_model_class
@@ -20,6 +20,15 @@ from tisa_hf.modeling import tisa_model_class
 pytestmark = pytest.mark.core
 
 RANDOM = {"num_kernels": 2, "init": "random"}
+# The costlier checks (compiling, exporting, LoRA, sentence-transformers) run on ModernBERT by default and on the other
+# three with `-m slow`, keeping the suite's time.
+EACH_SLOW_BUT_MODERNBERT = pytest.mark.parametrize(
+    "rope_model_type",
+    [
+        pytest.param(model_type, marks=[] if model_type == "modernbert" else [pytest.mark.slow])
+        for model_type in ROPE_MODEL_TYPES
+    ],
+)
 
 
 def padded_batch(length: int = 12, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,6 +57,7 @@ def test_every_head_transformers_registers_has_its_tisa_class(rope_checkpoint, r
     assert {"AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"} <= set(heads)
 
 
+@EACH_SLOW_BUT_MODERNBERT
 @pytest.mark.parametrize("mode", ["add", "replace"])
 def test_pickling_keeps_the_outputs(rope_checkpoint, mode):
     model = tisa_encoder(rope_checkpoint, mode)
@@ -59,6 +69,7 @@ def test_pickling_keeps_the_outputs(rope_checkpoint, mode):
         assert torch.equal(again(input_ids, attention_mask=mask).last_hidden_state, expected)
 
 
+@EACH_SLOW_BUT_MODERNBERT
 @pytest.mark.parametrize("mode", ["add", "replace"])
 def test_fullgraph_compile_equals_eager(rope_checkpoint, mode):
     model = tisa_encoder(rope_checkpoint, mode)
@@ -78,6 +89,7 @@ def test_fullgraph_compile_equals_eager(rope_checkpoint, mode):
         torch.testing.assert_close(outputs[1][1], outputs[0][1], atol=1e-6, rtol=1e-5)
 
 
+@EACH_SLOW_BUT_MODERNBERT
 def test_torch_export_equals_eager_past_the_rotary_range(rope_checkpoint):
     """`replace` exported at one size runs at another, past the rotary range, as eager does (the kernels' gradient
     kept in the program)."""
@@ -110,6 +122,7 @@ def test_onnx_export_runs_in_onnx_runtime_as_eager(rope_checkpoints, tmp_path):
     torch.testing.assert_close(torch.from_numpy(hidden), model(ids, mask).last_hidden_state.detach(), rtol=0, atol=1e-4)
 
 
+@EACH_SLOW_BUT_MODERNBERT
 def test_lora_trains_the_kernels_and_reloads(rope_checkpoint, tmp_path):
     peft = pytest.importorskip("peft")
     base = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(**RANDOM))
@@ -134,6 +147,7 @@ def write_tokenizer(folder) -> None:
     BertTokenizerFast(vocab={token: index for index, token in enumerate(vocab)}).save_pretrained(folder)
 
 
+@EACH_SLOW_BUT_MODERNBERT
 @requires_extra("st")
 @pytest.mark.parametrize("mode", ["add", "replace"])
 def test_a_sentence_transformer_takes_tisa_and_round_trips(rope_checkpoint, mode, tmp_path):

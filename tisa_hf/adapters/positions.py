@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 # The architecture's `EncoderAdapter` (base.py), which holds its scheme: typed loosely, since base.py imports this.
 EncoderAdapter = Any
 
-# The seed and number of sequences of the token ids a rotary profile reads when no text is given.
+# The seed and number of sequences of the token ids a rotary profile reads when no text is given: on a random
+# 4-layer NomicBERT, 16 sequences of 128 tokens give a profile within 8% (median over heads) of 64 sequences' (4: 14%,
+# 1: 28%; docs/using.md).
 PROFILE_TEXT_SEED = 0
-PROFILE_TEXT_SEQUENCES = 4
+PROFILE_TEXT_SEQUENCES = 16
 
 
 class PositionScheme:
@@ -264,9 +266,11 @@ class RotaryPositions(PositionScheme):
             query, key = (states.float() for states in adapter.query_key(module, hidden))
             key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)  # grouped keys serve several heads
             cos, sin = (part.float() for part in adapter.rotation(base, module, hidden, positions))
-            plain = query @ key.transpose(-1, -2)
-            rotary = rotated(query, cos, sin) @ rotated(key, cos, sin).transpose(-1, -2)
-            layers.append(((rotary - plain) / query.shape[-1] ** 0.5).mean(0))
+            rotary_query, rotary_key = rotated(query, cos, sin), rotated(key, cos, sin)
+            total = torch.zeros(query.shape[1], length, length, device=query.device)
+            for index in range(query.shape[0]):  # one sequence at a time: (heads, n, n) each
+                total += rotary_query[index] @ rotary_key[index].mT - query[index] @ key[index].mT
+            layers.append(total / query.shape[0] / query.shape[-1] ** 0.5)
         return torch.stack(layers)
 
     def positional_parameters(self, base: PreTrainedModel, adapter: EncoderAdapter) -> int:
