@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, ModernBertModel
 
 import tisa_hf
 import tisa_hf.attention as attention
-from tests.fixtures import ROPE_RANGE, RecordingRoute, tiny_config, tiny_rope_config
+from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, RecordingRoute, tiny_config, tiny_rope_config
 from tisa_hf import TisaConfig
 from tisa_hf.adapters import ADAPTERS, adapter_for
 from tisa_hf.adapters.modernbert import ModernBertAdapter
@@ -44,7 +44,7 @@ def test_add_with_zero_kernels_is_the_stock_model(rope_checkpoint, implementatio
 
 
 def test_replace_reads_two_and_four_times_the_rotary_range(rope_checkpoint):
-    model = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(mode="replace", **FIT)).eval()
+    model = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(mode="replace", init="random")).eval()
     for length in (2 * ROPE_RANGE, 4 * ROPE_RANGE):
         input_ids = torch.randint(5, 99, (1, length))
         with torch.no_grad():
@@ -73,7 +73,7 @@ def test_replace_without_kernels_reads_no_order(rope_checkpoint, rope_model_type
 
 def test_save_and_reload_give_identical_outputs(rope_checkpoint, tmp_path):
     input_ids, mask = padded_batch()
-    model = AutoModelForMaskedLM.from_pretrained(rope_checkpoint, tisa=TisaConfig(mode="replace", **FIT)).eval()
+    model = AutoModelForMaskedLM.from_pretrained(rope_checkpoint, tisa=TisaConfig(mode="replace", init="random")).eval()
     model.save_pretrained(tmp_path)
     reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
     assert type(reloaded) is type(model)
@@ -112,6 +112,10 @@ def test_the_rotary_profile_is_the_logits_rotation_adds(rope_checkpoint):
     assert profiles.logits.shape == (3, 4, length, length)
 
 
+@pytest.mark.parametrize(
+    "rope_model_type",
+    [pytest.param(t, marks=[] if t in ("modernbert", "nomic_bert") else [pytest.mark.slow]) for t in ROPE_MODEL_TYPES],
+)
 def test_the_fitted_replace_kernels_follow_the_rotary_profile(rope_checkpoint):
     """`init="fit"` in `replace` fits f to the rotary profile it removes: within the fit's window, f(k) is the
     profile's diagonal means up to the constant the fit adds (which softmax ignores), to 10% of their variance."""

@@ -70,7 +70,7 @@ def test_pickling_keeps_the_outputs(rope_checkpoint, mode):
 
 
 @EACH_SLOW_BUT_MODERNBERT
-@pytest.mark.parametrize("mode", ["add", "replace"])
+@pytest.mark.parametrize("mode", ["add", pytest.param("replace", marks=pytest.mark.slow)])
 def test_fullgraph_compile_equals_eager(rope_checkpoint, mode):
     model = tisa_encoder(rope_checkpoint, mode)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
