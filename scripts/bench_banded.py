@@ -19,7 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-from tisa_hf.attention import banded, blockwise, log_sum_exp
+from tisa_hf.attention import blockwise
+from tisa_hf.attention.banded import log_sum_exp
+from tisa_hf.attention.banded import sdpa as banded
 from tisa_hf.kernels import nonzero_band
 from tisa_hf.performance.cases import synchronize
 
@@ -40,7 +42,7 @@ def median_ms(call: Callable[[], object], device: torch.device, repeats: int) ->
 
 
 def gaussian_band(length: int, sigma: float, spread: float, device: torch.device) -> torch.Tensor:
-    """(heads, 2n-1) offset values: one Gaussian a head, exactly 0 where it is below 1e-30."""
+    """(heads, 2n-1) offset table: one Gaussian a head, exactly 0 where it is below 1e-30."""
     generator = torch.Generator().manual_seed(0)
     offsets = torch.arange(1 - length, length, dtype=torch.float32)
     centres = torch.empty(HEADS, 1).uniform_(-spread, spread, generator=generator)
@@ -59,11 +61,11 @@ def measure(length: int, args: argparse.Namespace, device: torch.device) -> str:
     left, right = 1 - low, 1 + high
     pieces = {
         "plain": lambda: torch.nn.functional.scaled_dot_product_attention(query, key, value),
-        "fused+lse": lambda: log_sum_exp.fused_attention(query, key, value),
-        "causal left": lambda: log_sum_exp.fused_attention(
+        "fused+lse": lambda: log_sum_exp.attention_with_log_sum_exp(query, key, value),
+        "causal left": lambda: log_sum_exp.attention_with_log_sum_exp(
             query[:, :, left:], key[:, :, : length - left], value[:, :, : length - left], is_causal=True
         ),
-        "causal right": lambda: log_sum_exp.fused_attention(
+        "causal right": lambda: log_sum_exp.attention_with_log_sum_exp(
             query[:, :, : length - right].flip(2),
             key[:, :, right:].flip(2),
             value[:, :, right:].flip(2),

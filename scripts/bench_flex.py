@@ -49,10 +49,10 @@ def route_call(route: str, length: int, training: bool, device: torch.device) ->
                 else:
                     output = F.scaled_dot_product_attention(query, key, value, attn_mask=bias)
             elif route == "blockwise":
-                bias = blockwise.ToeplitzBias(kernels.offset_values(0, length, torch.float32), length)
+                bias = blockwise.ToeplitzBias(kernels.offset_table(0, length, torch.float32), length)
                 output = blockwise.blockwise_biased_sdpa(query, key, value, None, bias, 0.0, None)
             else:
-                table = kernels.offset_values(0, length, torch.float32)
+                table = kernels.offset_table(0, length, torch.float32)
                 output = flex.offset_table_flex_attention(query, key, value, None, table, None, training)
             if training:
                 output.square().mean().backward()

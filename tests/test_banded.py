@@ -1,4 +1,4 @@
-"""The banded route of `tisa_sdpa` (`banded.banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
+"""The banded route of `tisa_sdpa` (`banded/sdpa.py`'s `banded_biased_sdpa`): a layer whose f(k) is exactly 0 outside a
 band of offsets, against softmax(q kᵀ · scale + F + mask) v built explicitly, with and without padding; and a whole
 model on it against the blockwise route and the reference written from the equations. On the CPU and, where there
 is one, a CUDA GPU (PyTorch's memory-efficient kernel there)."""
@@ -14,7 +14,9 @@ from transformers import AutoModel
 import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tests.reference import reference_forward
-from tisa_hf.attention import banded, banded_padded, log_sum_exp
+from tisa_hf.attention.banded import log_sum_exp
+from tisa_hf.attention.banded import padded as banded_padded
+from tisa_hf.attention.banded import sdpa as banded
 from tisa_hf.kernels import TisaPositionBias, nonzero_band
 
 pytestmark = pytest.mark.core
@@ -36,7 +38,7 @@ def dense_reference(query, key, value, mask, values):
 
 
 def band_values(low: int, high: int, amplitude: float = 2.0, seed: int = 0) -> torch.Tensor:
-    """(HEADS, 2n-1) offset values, random at offsets low .. high and exactly 0 elsewhere; head 1 all zeros."""
+    """(HEADS, 2n-1) offset table, random at offsets low .. high and exactly 0 elsewhere; head 1 all zeros."""
     generator = torch.Generator().manual_seed(seed)
     offsets = torch.arange(1 - LENGTH, LENGTH)
     inside = (offsets >= low) & (offsets <= high)

@@ -12,6 +12,7 @@ from transformers import BertModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import tisa_hf
+import tisa_hf.attention as attention
 from tests.fixtures import requires_extra, tiny_config
 from tisa_hf.attention import blockwise, stored_bias, trainable_bias
 from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
@@ -179,15 +180,25 @@ def test_trainable_bias_attention_matches_sdpa_math_path(batch_of_bias):
         torch.testing.assert_close(grad, expected_grad)
 
 
-def test_fused_route_is_taken_only_where_sdpa_would_leave_its_fused_kernel():
+def test_the_trainable_bias_route_is_taken_only_where_sdpa_would_leave_its_flash_kernel():
+    """Each condition changed alone gives its own reason."""
     query = key = torch.zeros(1, 2, 4, 8)
-    assert trainable_bias.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
-    assert not trainable_bias.takes_fused_bias_path(query, key, False, torch.float32, 0.0)
-    assert not trainable_bias.takes_fused_bias_path(query, key, True, torch.float32, 0.1)
-    assert not trainable_bias.takes_fused_bias_path(query, key, True, torch.bfloat16, 0.0)
-    assert not trainable_bias.takes_fused_bias_path(query.bfloat16(), key.bfloat16(), True, torch.bfloat16, 0.0)
+    kernels = TisaPositionBias(1, 2, 1)
+
+    def refusal(query=query, key=key, kernels=kernels, dropout=0.0):
+        return trainable_bias.fused_bias_path_refusal(
+            attention.SdpaCall(query, key, key, None, dropout, None, kernels, 0)
+        )
+
+    assert refusal() is None
+    assert refusal(kernels=TisaPositionBias(1, 2, 1).requires_grad_(False)).startswith("no gradient reaches the kern")
+    assert refusal(dropout=0.1) == "attention dropout 0.1, which the hand-written backward does not redraw"
+    assert refusal(key=torch.zeros(1, 1, 4, 8)) == "the keys have fewer heads than the queries (grouped heads)"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert refusal() == "the bias is torch.bfloat16 (autocast) and the query torch.float32"
+    assert refusal(query.bfloat16(), key.bfloat16()).startswith("the query is torch.bfloat16: ")
     with torch.no_grad():
-        assert not trainable_bias.takes_fused_bias_path(query, key, True, torch.float32, 0.0)
+        assert refusal().startswith("no gradient reaches the kernels")
 
 
 def test_patched_sdpa_training_matches_eager_with_padding(monkeypatch):
@@ -210,7 +221,7 @@ def test_sdpa_route_keeps_backward_state_when_only_the_kernels_train(monkeypatch
     """The route CUDA takes (no fused CPU bias path): with the encoder frozen the first layer's query, key and value
     require no gradient, so the query handed to SDPA is a leaf that requires one, so that fused kernels keep their
     log-sum-exp; later layers' inputs already depend on the bias. Otherwise it is always the model's query."""
-    monkeypatch.setattr(trainable_bias, "takes_fused_bias_path", lambda *args: False)
+    monkeypatch.setattr(trainable_bias, "fused_bias_path_refusal", lambda call: "the test's CUDA")
     spy = Spy(sdpa_attention_forward)
     monkeypatch.setattr(stored_bias, "sdpa_attention_forward", spy)
     grads = {}
@@ -372,7 +383,7 @@ def test_tables_are_per_forward_only(monkeypatch):
     training_step(model, 12)
     training_step(model, 12)  # gradient accumulation: same parameters, a fresh table
     assert counter.calls == 2 and model.tisa._forward_tables is None
-    model.tisa.offset_values(0, 12, torch.float32)
+    model.tisa.offset_table(0, 12, torch.float32)
     assert counter.calls == 3
     model.activation_checkpointing_enable()
     training_step(model, 12)

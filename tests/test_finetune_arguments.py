@@ -91,6 +91,7 @@ EVERY_FIELD = TisaConfig(
     fit_restarts=4,
     far_field="log",
     length_scale_from=64,
+    sdpa_policy="fused",
 )
 
 

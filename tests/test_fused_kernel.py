@@ -8,9 +8,11 @@ to their own rounding."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
@@ -21,15 +23,20 @@ pytest.importorskip("triton", reason="the fused TISA kernels need triton (pip in
 
 import tisa_hf.attention as attention  # noqa: E402
 from tests.fixtures import tiny_config  # noqa: E402
-from tisa_hf.attention import fused_op  # noqa: E402
+from tisa_hf.attention.fused import limits  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-if DEVICE.type == "cpu" and not fused_op.TRITON_INTERPRETED:
+if DEVICE.type == "cpu" and not limits.TRITON_INTERPRETED:
     pytest.skip("the fused kernels run on CPU only under TRITON_INTERPRET=1", allow_module_level=True)
 
-from tisa_hf.attention.fused_backward import fused_backward  # noqa: E402
-from tisa_hf.attention.fused_forward import fused_forward  # noqa: E402
-from tisa_hf.attention.fused_tiles import keep_mask  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from tisa_hf.attention.fused import backward as backward_launcher  # noqa: E402
+from tisa_hf.attention.fused import forward as forward_launcher  # noqa: E402
+from tisa_hf.attention.fused.backward import fused_backward  # noqa: E402
+from tisa_hf.attention.fused.forward import fused_forward  # noqa: E402
+from tisa_hf.attention.fused.tiles import dropout_keep  # noqa: E402
 
 FP32 = {"atol": 2e-5, "rtol": 1e-5}
 
@@ -47,13 +54,50 @@ def inputs(batch, heads, length, head_dim, dtype=torch.float32, padded_from=None
     return (*moved, None if mask is None else mask.to(DEVICE))
 
 
+@triton.jit
+def _keep_mask_kernel(SEED, KEEP, length, dropout_p, BLOCK: tl.constexpr):
+    head_index = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    for start in range(0, length, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        keep = dropout_keep(SEED, head_index, rows, cols, length, dropout_p)
+        inside = (rows[:, None] < length) & (cols[None, :] < length)
+        offsets = head_index.to(tl.int64) * length * length + rows[:, None] * length + cols[None, :]
+        tl.store(KEEP + offsets, keep.to(tl.int8), mask=inside)
+
+
+def keep_mask(seed: torch.Tensor, batch: int, heads: int, length: int, dropout: float) -> torch.Tensor:
+    """The (batch, heads, n, n) keep mask a call with this seed draws (True: kept), from the kernels' own
+    `dropout_keep`, for checking their dropout against an eager computation."""
+    keep = torch.empty(batch, heads, length, length, dtype=torch.int8, device=seed.device)
+    block = 16
+    _keep_mask_kernel[(triton.cdiv(length, block), batch * heads)](seed, keep, length, dropout, block)
+    return keep.bool()
+
+
+@contextlib.contextmanager
+def tile_sizes(tiles=None):
+    """The launchers' tiles replaced by ((forward rows, keys), (backward rows, keys)) within the block (small tiles
+    make short inputs span several); a backward tile holds no more rows than keys (the diagonal sums assume it)."""
+    if tiles is None:
+        yield
+        return
+    assert tiles[1][0] <= tiles[1][1], f"backward tiles of {tiles[1]}: rows must not exceed keys"
+    with (
+        mock.patch.object(forward_launcher, "forward_tiles", lambda head_dim: tiles[0]),
+        mock.patch.object(backward_launcher, "backward_tiles", lambda head_dim: tiles[1]),
+    ):
+        yield
+
+
 def kernel_and_reference(query, key, value, table, mask, dropout=0.0, seed=None, tiles=None):
     """The kernels' output, log-sum-exp and four gradients, and the reference's (in fp32, with the kernels' own keep
     mask where there is dropout)."""
     scale = query.shape[-1] ** -0.5
-    output, lse = fused_forward(query, key, value, table, mask, seed, scale, dropout, tiles and tiles[0])
-    grad = torch.randn(output.shape, generator=torch.Generator().manual_seed(5)).to(output)
-    grads = fused_backward(grad, query, key, value, table, mask, seed, output, lse, scale, dropout, tiles and tiles[1])
+    with tile_sizes(tiles):
+        output, lse = fused_forward(query, key, value, table, mask, seed, scale, dropout)
+        grad = torch.randn(output.shape, generator=torch.Generator().manual_seed(5)).to(output)
+        grads = fused_backward(grad, query, key, value, table, mask, seed, output, lse, scale, dropout)
     leaves = [t.detach().float().requires_grad_() for t in (query, key, value, table)]
     keep = keep_mask(seed, *query.shape[:3], dropout) if dropout else None
     expected, expected_lse = toeplitz_attention(*leaves, mask, scale, keep, dropout)
@@ -98,7 +142,8 @@ def test_a_long_input_matches_the_reference():
     """4,096 tokens on one head of 16, forward (large tiles keep the interpreter's program count low; the backward
     at this length is the slow test below)."""
     query, key, value, table, _ = inputs(1, 1, 4096, 16)
-    got = fused_forward(query, key, value, table, None, None, 0.25, 0.0, (256, 256))
+    with tile_sizes(((256, 256), (128, 256))):
+        got = fused_forward(query, key, value, table, None, None, 0.25, 0.0)
     expected = toeplitz_attention(query, key, value, table, None, 0.25)
     assert_all_close(got, expected, atol=5e-5, rtol=1e-4)
 
@@ -233,7 +278,7 @@ def test_the_fused_route_is_opt_in():
 
 
 def test_without_the_interpreter_the_cpu_takes_the_stored_bias_route_and_the_operator_says_why(monkeypatch):
-    monkeypatch.setattr(fused_op, "TRITON_INTERPRETED", False)
+    monkeypatch.setattr(limits, "TRITON_INTERPRETED", False)
     query, key, value, table = (t.cpu() for t in inputs(1, 2, 8, 16)[:4])
     config = tiny_config("bert", tisa={"num_kernels": 2, "init": "random"})
     model = AutoModel.from_config(config, attn_implementation="sdpa")

@@ -123,7 +123,7 @@ def test_the_fitted_replace_kernels_follow_the_rotary_profile(rope_checkpoint):
     target = tisa_hf.extract_positional_profiles(model).toeplitz.profile.float()
     length = (target.shape[-1] + 1) // 2
     with torch.no_grad():
-        fitted = torch.stack([model.tisa.offset_values(layer, length, torch.float32) for layer in range(3)])
+        fitted = torch.stack([model.tisa.offset_table(layer, length, torch.float32) for layer in range(3)])
     fitted, target = (values[..., length - 9 : length + 8] for values in (fitted, target))
     fitted, target = (values - values.mean(-1, keepdim=True) for values in (fitted, target))
     assert (fitted - target).square().mean() < 0.1 * target.square().mean()

@@ -1,5 +1,5 @@
 """The route decision that `tisa_sdpa`, `tisa_flex_attention` and `tisa-hf env` share, and the flex route that
-reads the bias from its (H, 2n-1) offset values."""
+reads the bias from its (H, 2n-1) offset table."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from reference import reference_forward
 from test_attention import make_inputs
 from transformers import AutoModel
 
+import tisa_hf
 import tisa_hf.attention as attention
 from tests.fixtures import RecordingRoute, requires_extra, tiny_config
 from tisa_hf.errors import UsageError
@@ -42,9 +43,8 @@ def test_report_names_the_route_a_model_takes(monkeypatch, phase, length):
     taken = set(recorder.taken)
     reported = routes.route("sdpa", phase, length, SHAPE, CPU, None)
     assert len(taken) == 1
-    # Random kernels are nonzero at every offset: the report names their route first (and the banded route after
-    # it, for kernels that are 0 outside a band, where that route exists).
-    assert reported.startswith(recorder.taken[0].name + " (")
+    # Random kernels are nonzero at every offset, as the report's stand-in kernels are.
+    assert reported.chosen.startswith(recorder.taken[0].name + " (")
     expected = {
         "train": attention.STORED_BIAS,
         "train, dropout 0": attention.TRAINABLE_BIAS,
@@ -58,32 +58,59 @@ def test_env_command_prints_the_machine_and_the_routes(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"torch {torch.__version__} (CUDA ") and lines[0].endswith("device cpu")
     assert f"torch threads: {torch.get_num_threads()} intra-op" in lines[2]
-    assert "  sdpa, float32, train, dropout 0: 128, 8192: trainable-bias SDPA (flash forward)" in lines
+    assert (
+        lines[lines.index("  sdpa, float32, train, dropout 0:") + 1]
+        == "    128, 8192: trainable-bias SDPA (flash forward)"
+    )
     assert (
         "  sm_75 (Turing: RTX 2080, T4): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 (no "
         "bf16); flex attention: not available; fused TISA kernel: fp32 or fp16 (no bf16), heads up to 128, 1 "
-        "pipeline stage, opt-in (TISA_HF_FUSED_ATTENTION=1)" in lines
+        "pipeline stage, in the fused policy" in lines
     )
     assert (
-        "  sm_90 (Hopper: H100, H200): sdpa: SDPA + stored bias on the memory-efficient kernel, fp32 or fp16 or bf16; "
-        "flex attention: offset table in score_mod; fused TISA kernel: fp32 or fp16 or bf16, heads up to 128, 2 "
-        "pipeline stages, opt-in (TISA_HF_FUSED_ATTENTION=1)" in lines
+        "  (the standard policy, the default; the fused policy: TisaConfig(sdpa_policy='fused') for one model, "
+        "TISA_HF_FUSED_ATTENTION=1 for every model that names none)" in lines
     )
-    assert "  sdpa, float32, train: 128, 8192: SDPA + stored bias (math)" in lines
+    inference = lines.index("  sdpa, float32, inference:")
+    assert lines[inference + 1 : inference + 8] == [
+        "    128: SDPA + stored bias (flash)",
+        "      not sdpa: the layer has TISA kernels",
+        "      not banded SDPA: every layer's bias at 128 tokens fits the kernels' cache, which holds it",
+        "      not blockwise SDPA: every layer's bias at 128 tokens fits the kernels' cache, which holds it",
+        "      not trainable-bias SDPA: no gradient reaches the kernels: the bias is a constant mask PyTorch's own "
+        "kernels take",
+        "    8192: blockwise SDPA (flash)",
+        "      not sdpa: the layer has TISA kernels",
+    ]
+    assert "      not banded SDPA: the layer's f(k) is not 0 outside a band of at most 0.25n offsets" in lines
     assert (
-        "  sdpa, float32, inference: 128: SDPA + stored bias (flash); 8192: blockwise SDPA (flash), or banded SDPA "
-        "(flash) for a layer whose f(k) is 0 outside a band of at most 0.25n offsets" in lines
+        lines[lines.index("  flex_attention, float32, inference:") + 1]
+        == "    128, 8192: flex, offset table in score_mod"
     )
-    bf16 = "  sdpa, bfloat16 autocast, inference: 128: SDPA + stored bias (flash); 8192: blockwise SDPA (flash)"
-    assert bf16 in lines
-    assert "  flex_attention, float32, inference: 128, 8192: flex, offset table in score_mod" in lines
-    assert (
-        "  flex_attention, float32, train, dropout 0: 128, 8192: refused: flex attention cannot train TISA "
-        "kernels on CPU" in lines
-    )
+    train = lines.index("  flex_attention, float32, train, dropout 0:")
+    assert lines[train + 1] == "    128, 8192: refused: flex attention cannot train TISA kernels on CPU"
 
 
-def test_flex_route_reads_offset_values_and_never_builds_the_full_bias(monkeypatch):
+@pytest.mark.parametrize(
+    ("phase", "length", "route", "reason"),
+    [
+        (routes.PHASES[0], 12, attention.TRAINABLE_BIAS, "attention dropout 0.1, which the hand-written backward "),
+        (routes.PHASES[1], 12, attention.BLOCKWISE, "a gradient reaches the kernels (it is an inference route)"),
+        (routes.PHASES[2], 12, attention.BLOCKWISE, "every layer's bias at 12 tokens fits the kernels' cache"),
+        (routes.PHASES[2], 30, attention.BANDED, "the layer's f(k) is not 0 outside a band of at most 0.25n"),
+    ],
+)
+def test_the_report_says_why_each_route_passed_over_did_not_apply(monkeypatch, phase, length, route, reason):
+    """The reasons are the routes' own refusals: one condition changed (dropout, grad mode, a length past the cache)
+    changes the reason a route gives, and the route that gave none is the one chosen."""
+    monkeypatch.setattr(TisaPositionBias, "cache_limit_bytes", 3 * 4 * 20 * 20 * 4)  # blockwise beyond 20 tokens
+    reported = routes.route("sdpa", phase, length, SHAPE, CPU, None)
+    reasons = dict(line.split(": ", 1) for line in reported.passed_over)
+    assert reasons[route.name].startswith(reason)
+    assert not reported.chosen.startswith(tuple(reasons))
+
+
+def test_flex_route_reads_offset_table_and_never_builds_the_full_bias(monkeypatch):
     """With padding, against the reference written from the equations (test_attention's shapes: one compilation)."""
     config = tiny_config("bert", tisa={"num_kernels": 3, "mode": "replace", "init": "random"})
     model = AutoModel.from_config(config, attn_implementation="flex_attention").eval()
@@ -130,11 +157,11 @@ def test_the_reported_backend_is_asked_about_a_mask_laid_out_like_the_bias(monke
     while being no larger than one row."""
     seen = []
 
-    def recording_backend(query, key, mask, dropout):
+    def recording_choice(query, key, value, mask, dropout, is_causal):
         seen.append(mask)
-        return "flash"
+        return int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
-    monkeypatch.setattr(attention.backends, "sdpa_backend", recording_backend)
+    monkeypatch.setattr(torch, "_fused_sdp_choice", recording_choice)
     for phase in routes.PHASES:
         routes.route("sdpa", phase, 64, SHAPE, CPU, None)
     assert seen and all(mask.stride(-1) == 1 and mask.shape[-1] == 64 for mask in seen)
@@ -166,8 +193,8 @@ class ManualStoredBias(attention.SdpaRoute):
 
     name = "manual"
 
-    def applies(self, call: attention.SdpaCall) -> bool:
-        return not torch.is_grad_enabled()
+    def refusal(self, call: attention.SdpaCall) -> str | None:
+        return "grad mode is on" if torch.is_grad_enabled() else None
 
     def run(self, call: attention.SdpaCall):
         bias = attention.logits.merge_bias(call.mask, call.kernels(call.layer, call.length, call.bias_dtype))
@@ -218,3 +245,45 @@ def test_bench_times_the_fused_route_against_stock_sdpa_on_cuda_only():
         bench.step_function(case, lambda **batch: seen.append(batch.get(attention.SDPA_POLICY_KWARG)))()
     assert seen == [None, attention.FUSED_SDPA_POLICY]  # stock sdpa against TISA on the fused route
     assert cases.bert_base_config("fused", 0.1)._attn_implementation == "sdpa"
+
+
+def test_a_model_names_its_policy_in_its_config_and_keeps_it_when_saved(monkeypatch, tmp_path):
+    """`TisaConfig.sdpa_policy` chooses every layer's policy (a call's `tisa_sdpa_policy` still comes first), is
+    saved with the config, and may be set when loading any checkpoint; an unknown name is refused in one line."""
+    seen = []
+    choose = attention.SdpaPolicy.choose
+    monkeypatch.setattr(
+        attention.SdpaPolicy, "choose", lambda policy, call: seen.append(policy) or choose(policy, call)
+    )
+    config = tiny_config("bert", tisa={"num_kernels": 2, "init": "random", "sdpa_policy": "fused"})
+    model = AutoModel.from_config(config, attn_implementation="sdpa").eval()
+    input_ids, mask = padded(config, 8)
+    with torch.no_grad():
+        model(input_ids=input_ids, attention_mask=mask)
+        model(input_ids=input_ids, attention_mask=mask, tisa_sdpa_policy=attention.policy.STANDARD_SDPA_POLICY)
+    layers = config.num_hidden_layers
+    assert seen == [attention.FUSED_SDPA_POLICY] * layers + [attention.policy.STANDARD_SDPA_POLICY] * layers
+    model.save_pretrained(tmp_path)
+    assert AutoModel.from_pretrained(tmp_path).config.tisa.sdpa_policy == "fused"
+    settings = {**model.config.tisa.to_dict(), "sdpa_policy": "standard"}
+    assert AutoModel.from_pretrained(tmp_path, tisa=settings).config.tisa.sdpa_policy == "standard"
+    with pytest.raises(ValueError, match=r"^TisaConfig.sdpa_policy must be one of standard, fused or None; got 'x'\.$"):
+        tisa_hf.TisaConfig(sdpa_policy="x")
+    assert list(attention.policy.NAMED_SDPA_POLICIES) == list(tisa_hf.config.SDPA_POLICIES)
+
+
+def test_the_fused_route_says_which_condition_a_call_lacks(monkeypatch):
+    """One condition changed at a time (the device, the dtype, the mask), each with its own reason."""
+    monkeypatch.setattr(attention.fused_route.limits, "TRITON_INTERPRETED", False)
+    kernels = TisaPositionBias(1, 2, 1)
+    query = torch.zeros(1, 2, 8, 16)
+
+    def refusal(query=query, mask=None):
+        return attention.FUSED.refusal(attention.SdpaCall(query, query, query, mask, 0.0, None, kernels, 0))
+
+    assert refusal() == "the query is on cpu: the Triton kernels run on CUDA (on the CPU interpreted only)"
+    monkeypatch.setattr(attention.fused_route.limits, "TRITON_INTERPRETED", True)
+    assert refusal() is None
+    assert refusal(query.bfloat16()) == "bfloat16 needs compute capability 8.0 (and a GPU)"
+    assert refusal(mask=torch.zeros(1, 1, 8, 8)).startswith("the padding mask is not boolean")
+    assert refusal(mask=torch.ones(1, 1, 8, 8, dtype=torch.bool)) is None

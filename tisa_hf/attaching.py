@@ -48,7 +48,7 @@ class OffsetTablesPerForward:
     Not under activation checkpointing: a layer's recompute runs after the encoder's forward, and a table made
     inside the first layer's checkpointed forward would be missing from its recompute, so each layer then
     evaluates its own kernels, as outside any forward. Nor inside a compiled graph, where each layer evaluates its
-    own row (`TisaPositionBias.offset_values`)."""
+    own row (`TisaPositionBias.offset_table`)."""
 
     def begin(self, base: PreTrainedModel, args: tuple) -> None:
         if torch.compiler.is_compiling():

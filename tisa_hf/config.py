@@ -8,8 +8,10 @@ from typing import Any, Literal
 MODES = ("add", "replace")
 INITS = ("fit", "zeros", "random")
 FAR_FIELDS = ("none", "log")
+# The named policies of `tisa_sdpa`'s routes (`attention/policy.py`): without the fused route, and with it.
+SDPA_POLICIES = ("standard", "fused")
 # Settings that change how the kernels are used, not what they are: a checkpoint may be loaded with other values.
-READING_SETTINGS = ("length_scale_from",)
+READING_SETTINGS = ("length_scale_from", "sdpa_policy")
 
 
 @dataclass
@@ -34,6 +36,10 @@ class TisaConfig:
             log(n) / log(L) (as YaRN's and scalable softmax's length-aware temperature), so that attention over
             thousands of keys stays as peaked as over L; n counts each sequence's unpadded tokens. None: off.
             Needs no training, so `from_pretrained(checkpoint, tisa=...)` may set it on any TISA checkpoint.
+        sdpa_policy: the routes `attn_implementation="sdpa"` tries: `"standard"`, or `"fused"`, which tries TISA's
+            Triton kernel pair first where it runs (CUDA; docs/performance.md). None: the process's default,
+            `"fused"` where `TISA_HF_FUSED_ATTENTION=1` was set when `tisa_hf` was imported, else `"standard"`. A
+            reading setting, like `length_scale_from`: any checkpoint may be loaded with either.
     """
 
     num_kernels: int = 5
@@ -45,6 +51,7 @@ class TisaConfig:
     fit_restarts: int = 16
     far_field: Literal["none", "log"] = "none"
     length_scale_from: int | None = None
+    sdpa_policy: Literal["standard", "fused"] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.num_kernels, bool) or not isinstance(self.num_kernels, int) or self.num_kernels < 0:
@@ -64,6 +71,10 @@ class TisaConfig:
         ):
             raise ValueError(
                 f"TisaConfig.length_scale_from must be an integer >= 2 or None, got {self.length_scale_from!r}."
+            )
+        if self.sdpa_policy is not None and self.sdpa_policy not in SDPA_POLICIES:
+            raise ValueError(
+                f"TisaConfig.sdpa_policy must be one of {', '.join(SDPA_POLICIES)} or None; got {self.sdpa_policy!r}."
             )
         for name in ("fit_window", "profile_length"):
             value = getattr(self, name)

@@ -66,7 +66,7 @@ class TisaPositionBias(nn.Module):
     inputs build the bias on every call instead.
 
     Between `begin_forward` and `end_forward` (the encoder's forward, `attaching.OffsetTablesPerForward`) the
-    layers' offset values come from one evaluation of every layer's kernels (`layer_tables`), made when the first
+    layers' offset tables come from one evaluation of every layer's kernels (`layer_tables`), made when the first
     layer asks: a handful of operator calls (and GPU kernel launches) for the whole model instead of about twenty a
     layer, and one backward through the kernels. The values are bit for bit those of one layer's evaluation:
     every operation in `kernel_values` is elementwise or reduces over the kernels or offsets of one layer and head,
@@ -125,7 +125,7 @@ class TisaPositionBias(nn.Module):
         """Whether every layer's bias at `length` and `dtype` fits in `cache_limit_bytes` together."""
         return self.num_layers * self.num_heads * length * length * dtype.itemsize <= self.cache_limit_bytes
 
-    def offset_values(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
+    def offset_table(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
         """f(-(n-1)) .. f(n-1) of one layer's heads: (heads, 2n-1), in `dtype`; inside an eager forward, a view of
         the tables all layers share (a compiled graph evaluates each layer's row itself: the compiler fuses it, and
         the shared tables are keyed on grad modes it cannot trace)."""
@@ -138,9 +138,9 @@ class TisaPositionBias(nn.Module):
         return tables[self._parameter_row(layer)]
 
     def nonzero_band(self, layer: int, length: int, dtype: torch.dtype) -> tuple[int, int] | None:
-        """`nonzero_band` of the layer's `offset_values`: the offsets where its f is not exactly 0 at this length and
+        """`nonzero_band` of the layer's `offset_table`: the offsets where its f is not exactly 0 at this length and
         dtype; inside a forward, read once a layer."""
-        values = self.offset_values(layer, length, dtype)
+        values = self.offset_table(layer, length, dtype)
         if self._forward_tables is None:
             return nonzero_band(values)
         key = (length, dtype, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), self._parameter_row(layer))
@@ -149,7 +149,7 @@ class TisaPositionBias(nn.Module):
         return self._forward_bands[key]
 
     def layer_tables(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-        """Every parameter row's (heads, 2n-1) offset values from one evaluation, one view a row (a single row
+        """Every parameter row's (heads, 2n-1) offset table from one evaluation, one view a row (a single row
         where the layers share their kernels)."""
         return self._evaluate(length, dtype).unbind(0)
 
@@ -193,11 +193,11 @@ class TisaPositionBias(nn.Module):
         `key_length`, built without the rows above them. A square call is `forward` itself."""
         if query_length == key_length:
             return self(layer, key_length, dtype)
-        bias = toeplitz_from_offsets(self.offset_values(layer, key_length, dtype), key_length)
+        bias = toeplitz_from_offsets(self.offset_table(layer, key_length, dtype), key_length)
         return bias[..., key_length - query_length :, :].unsqueeze(0)
 
     def _build(self, layer: int, length: int, dtype: torch.dtype) -> torch.Tensor:
-        return toeplitz_from_offsets(self.offset_values(layer, length, dtype), length).unsqueeze(0)
+        return toeplitz_from_offsets(self.offset_table(layer, length, dtype), length).unsqueeze(0)
 
     def _parameter_row(self, layer: int) -> int:
         return 0 if self.num_layers == 1 else layer

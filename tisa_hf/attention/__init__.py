@@ -4,16 +4,15 @@
 - `functions.py`: the `tisa_eager`, `tisa_sdpa` and `tisa_flex_attention` functions transformers calls, and their
   registration; `sites.py` finds a module's layer and kernels, `length_scale.py` scales long queries,
   `logits.py` merges the bias with the padding mask.
-- `tisa_sdpa`'s routes, one module each, tried in the order of `policy.py`: `stored_bias.py` (transformers' sdpa,
-  plain or with the bias stored in the mask), `banded.py` (with `banded_padded.py` for padded batches, on the
-  fused kernels of `log_sum_exp.py`) and `blockwise.py` (long inputs without the (H, n, n) bias), `trainable_bias.py`
-  (the CPU's fused attention kernel with a bias that trains), `traced.py` (a traced call's bias that trains, in plain
-  operators), `fused_route.py` (TISA's own Triton kernel pair, opt-in: `fused_op.py`, the operators;
-  `fused_forward.py`, `fused_backward.py` and `fused_tiles.py`, the kernels). A route is an object that says whether
-  it applies to a call, runs it and describes itself (`route.py`); a new route is a module and its place in the
-  policy.
-- `flex.py`: flex attention with the offset values in its score modification, and the calls it refuses.
-- `backends.py`: the SDPA backend PyTorch picks, for `tisa-hf env`.
+- `tisa_sdpa`'s routes, one module each, tried in the order of `policy.py`: `stored_bias.py` (transformers' sdpa, plain
+  or with the bias stored in the mask), `banded_route.py` (its computation in the folder `banded/`: `sdpa.py`,
+  `padded.py` for padded batches, `log_sum_exp.py`, and its operator, `op.py`) and `blockwise.py` (long inputs without
+  the (H, n, n) bias), `trainable_bias.py` (the CPU's flash attention kernel with a bias that trains), `traced.py` (a
+  traced call's bias that trains, in plain operators), `fused_route.py` (TISA's own Triton kernel pair, opt-in, in the
+  folder `fused/`: its operators, Triton kernels and limits). A route is an object that says why it does not run a call
+  (`refusal`, or None: it applies), runs it and describes itself (`route.py`, with the SDPA backend PyTorch picks); a
+  new route is a module and its place in the policy.
+- `flex.py`: flex attention with the offset table in its score modification, and the calls it refuses.
 """
 
 from .functions import ATTENTION_FUNCTIONS, register_attention_functions

@@ -1,4 +1,4 @@
-"""Flex attention with TISA's bias read from the layer's (H, 2n-1) offset values inside its score modification, and
+"""Flex attention with TISA's bias read from the layer's (H, 2n-1) offset table inside its score modification, and
 the calls it cannot run, refused in one line."""
 
 from __future__ import annotations

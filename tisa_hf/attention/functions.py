@@ -6,8 +6,9 @@ never replaced, so every other model computes exactly what it did before.
 Each function reads its module's `AttentionSite` (set when the model was patched), takes that layer's bias from the
 encoder's kernel module and hands the logits' bias to the plain backend:
 - `tisa_eager`: the bias merged into the additive mask; `output_attentions=True` returns probabilities with it.
-- `tisa_sdpa`: as `sdpa`, on the route its policy chooses (`policy.py`).
-- `tisa_flex_attention`: flex attention whose score modification adds the layer's offset values (`flex.py`).
+- `tisa_sdpa`: as `sdpa`, on the route its policy chooses (`policy.py`): the call's `tisa_sdpa_policy`, else the
+  model's `TisaConfig.sdpa_policy`, else the default.
+- `tisa_flex_attention`: flex attention whose score modification adds the layer's offset table (`flex.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .length_scale import length_scale_from, length_scaled_query
 from .logits import bias_dtype
 from .policy import SDPA_POLICY_KWARG, call_policy
 from .route import SdpaCall
-from .sites import site_kernels
+from .sites import site_kernels, site_of
 
 
 def tisa_eager_attention_forward(
@@ -62,7 +63,7 @@ def tisa_sdpa_attention_forward(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention with the layer's TISA bias, on the route its policy chooses (`policy.py`)."""
-    policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy()
+    policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy(site_of(module).encoder.config.tisa.sdpa_policy)
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
     if kernels is not None:  # transformers' sdpa, the route without kernels, takes grouped heads as they are
@@ -80,7 +81,7 @@ def tisa_flex_attention_forward(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """transformers' flex attention, with the layer's TISA bias read from its offset values by the score function."""
+    """transformers' flex attention, with the layer's TISA bias read from its offset table by the score function."""
     kernels, layer = site_kernels(module, kwargs)
     refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0))
     if refusal is not None:
@@ -95,7 +96,7 @@ def tisa_flex_attention_forward(
     if kernels is None:
         return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     key, value = logits.key_value_per_head(module, key, value)
-    table = kernels.offset_values(layer, query.shape[2], bias_dtype(query))
+    table = kernels.offset_table(layer, query.shape[2], bias_dtype(query))
     output = offset_table_flex_attention(
         query, key, value, attention_mask, table, scaling, module.training, kwargs.get("kernel_options")
     )

@@ -2,13 +2,14 @@
 
 The default order: transformers' sdpa where the layer has no TISA kernels; for long inputs without gradients, banded
 where the layer's band allows, else blockwise; the CPU trainable-bias route where only a float bias requiring a gradient
-would push PyTorch off its fused attention kernel; SDPA with the stored bias for everything else. A traced call
+would push PyTorch off its flash attention kernel; SDPA with the stored bias for everything else. A traced call
 (`torch.export`, `torch.onnx.export`, `torch.jit.trace`) takes the traced policy instead. A model call may pass another
 policy for every layer as `tisa_sdpa_policy=...` (`tisa-hf bench` times the long-input routes side by side so).
 
-The fused route (`fused_route.py`, a Triton kernel pair) comes right after the plain route in `FUSED_SDPA_POLICY`;
-that policy is the default only where the environment variable `TISA_HF_FUSED_ATTENTION=1` is set when `tisa_hf` is
-imported, until GPU measurements show where it is faster (docs/performance.md)."""
+The fused route (`fused_route.py`, a Triton kernel pair) comes right after the plain route in `FUSED_SDPA_POLICY`. A
+model takes it where its `TisaConfig.sdpa_policy` is "fused"; models that name no policy take `DEFAULT_SDPA_POLICY`,
+the fused one only where the environment variable `TISA_HF_FUSED_ATTENTION=1` is set when `tisa_hf` is imported, until
+GPU measurements show where it is faster (docs/performance.md, "When the fused route becomes the default")."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import SDPA_POLICIES
 from ..kernels import TisaPositionBias
-from .banded import BandedRoute
+from .banded_route import BandedRoute
 from .blockwise import BlockwiseRoute
 from .fused_route import FusedRoute
 from .route import SdpaCall, SdpaRoute
@@ -53,12 +55,17 @@ class SdpaPolicy:
 
 STANDARD_SDPA_POLICY = SdpaPolicy((PLAIN, BANDED, BLOCKWISE, TRAINABLE_BIAS, STORED_BIAS))
 FUSED_SDPA_POLICY = SdpaPolicy((PLAIN, FUSED, *STANDARD_SDPA_POLICY.routes[1:]))
-# The environment variable that makes the fused route part of the default policy ("1"; read once, at import).
+# `TisaConfig.sdpa_policy`'s names, in the order `config.SDPA_POLICIES` lists them.
+NAMED_SDPA_POLICIES = dict(zip(SDPA_POLICIES, (STANDARD_SDPA_POLICY, FUSED_SDPA_POLICY), strict=True))
+# The environment variable that makes the fused policy the default of models that name none ("1"; read once, at
+# import).
 FUSED_OPT_IN = "TISA_HF_FUSED_ATTENTION"
+# How a model takes the fused policy, as `tisa-hf env` says it.
+FUSED_OPT_IN_HOW = f"TisaConfig(sdpa_policy='fused') for one model, {FUSED_OPT_IN}=1 for every model that names none"
 DEFAULT_SDPA_POLICY = FUSED_SDPA_POLICY if os.environ.get(FUSED_OPT_IN) == "1" else STANDARD_SDPA_POLICY
 # A traced program must run on every device and exporter, and at every length its dynamic shapes allow: a bias that
 # trains in plain operators (`traced.py`), any other stored in PyTorch's own `scaled_dot_product_attention`, which each
-# device and ONNX lower themselves. The other routes call one device's fused kernel by name (trainable-bias, banded:
+# device and ONNX lower themselves. The other routes call one device's SDPA kernel by name (trainable-bias, banded:
 # `_scaled_dot_product_flash_attention_for_cpu`, which has no gradient for its mask, so that the program fails when
 # called with grad mode on) or choose by the example's length (banded, blockwise), which the program would keep.
 TRACED_SDPA_POLICY = SdpaPolicy((PLAIN, TRACED_TRAINABLE_BIAS, STORED_BIAS))
@@ -71,9 +78,19 @@ def is_tracing() -> bool:
     return torch.compiler.is_exporting() or torch.jit.is_tracing()
 
 
-def call_policy() -> SdpaPolicy:
-    """The policy of a call that names none: the traced policy while tracing, else the default."""
-    return TRACED_SDPA_POLICY if is_tracing() else DEFAULT_SDPA_POLICY
+def call_policy(named: str | None = None) -> SdpaPolicy:
+    """The policy of a call that passes none: the traced policy while tracing, else the model's named policy
+    (`TisaConfig.sdpa_policy`), else the default."""
+    if is_tracing():
+        return TRACED_SDPA_POLICY
+    return NAMED_SDPA_POLICIES[named] if named is not None else DEFAULT_SDPA_POLICY
+
+
+def passed_over(policy: SdpaPolicy, call: SdpaCall) -> list[tuple[SdpaRoute, str]]:
+    """Each route `policy` tries before the one it chooses for `call`, and why it did not apply, from its own
+    `refusal`."""
+    tried = policy.routes[: policy.routes.index(policy.choose(call))]
+    return [(route, route.refusal(call)) for route in tried]
 
 
 def sdpa_route(
@@ -83,9 +100,10 @@ def sdpa_route(
     dropout: float,
     kwargs: dict,
     layer: int | None = None,
-    policy: SdpaPolicy = DEFAULT_SDPA_POLICY,
+    policy: SdpaPolicy | None = None,
 ) -> SdpaRoute:
-    """The route a call of `layer` with this query and key takes (its autocast and grad modes included), for a
-    description of it (`tisa-hf env`); without a layer, the banded route (which reads the layer's kernels) is not
-    considered."""
-    return policy.choose(SdpaCall(query, key, key, None, dropout, None, kernels, layer, kwargs=kwargs))
+    """The route a call of `layer` with this query and key takes (its autocast and grad modes included) under
+    `policy` (None: the policy of a call that passes none), for a description of it (`tisa-hf env`); without a layer,
+    the banded route (which reads the layer's kernels) is not considered."""
+    call = SdpaCall(query, key, key, None, dropout, None, kernels, layer, kwargs=kwargs)
+    return (policy or call_policy()).choose(call)

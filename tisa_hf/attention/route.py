@@ -7,19 +7,26 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend
 
 from ..kernels import TisaPositionBias
-from . import backends, logits
+from . import logits
 from .logits import bias_dtype
 
-# The dtypes of PyTorch's fused attention kernels that return a log-sum-exp (the trainable-bias and banded routes), and
-# the attention arguments they cannot take.
-FUSED_DTYPES = (torch.float32,)
-UNSUPPORTED_FUSED_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
-# CUDA compute capabilities: bf16 (PyTorch's kernels and Triton's dot products) from 8.0 (Ampere); the fused TISA
-# kernels pipeline their loads in 2 stages (async copies) from 8.0, in 1 below it, which keeps Turing's tiles within
-# its 64 KiB of shared memory.
-BF16_FROM = PIPELINED_FROM = (8, 0)
+# The dtypes of PyTorch's SDPA kernels that return a log-sum-exp (the CPU's flash, CUDA's memory-efficient), which the
+# trainable-bias and banded routes call directly, and the attention arguments no route that calls an attention kernel
+# directly (those two, the fused route) can take.
+LOG_SUM_EXP_DTYPES = (torch.float32,)
+UNSUPPORTED_DIRECT_KWARGS = ("position_bias", "cache", "softcap", "s_aux")
+_SDPA_BACKENDS = {
+    int(backend): name
+    for backend, name in (
+        (SDPBackend.MATH, "math"),
+        (SDPBackend.FLASH_ATTENTION, "flash"),
+        (SDPBackend.EFFICIENT_ATTENTION, "efficient"),
+        (SDPBackend.CUDNN_ATTENTION, "cudnn"),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -67,31 +74,47 @@ class SdpaCall:
         causal = self.masks_causally_itself()
         return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal)
 
-    def takes_fused_arguments(self) -> bool:
-        """Whether the call has none of the arguments the fused attention kernels cannot take."""
-        return not any(self.kwargs.get(name) is not None for name in UNSUPPORTED_FUSED_KWARGS)
+    def unsupported_arguments_refusal(self) -> str | None:
+        """Why a route that calls an attention kernel directly cannot take the call's arguments, or None."""
+        passed = [name for name in UNSUPPORTED_DIRECT_KWARGS if self.kwargs.get(name) is not None]
+        return (
+            f"the call passes {', '.join(passed)}, which no attention kernel called directly takes" if passed else None
+        )
 
-    def is_long_inference(self) -> bool:
-        """No gradient reaches the kernels and every layer's bias at this length would not fit the kernels' cache:
-        the routes that never store the (H, n, n) bias."""
-        return not self.kernels.needs_grad() and not self.kernels.fits_cache(self.length, self.bias_dtype)
+    def long_inference_refusal(self) -> str | None:
+        """Why the call is not one for the routes that never store the (H, n, n) bias (no gradient reaches the
+        kernels, and every layer's bias at this length would not fit the kernels' cache), or None."""
+        if self.kernels.needs_grad():
+            return "a gradient reaches the kernels (it is an inference route)"
+        if self.kernels.fits_cache(self.length, self.bias_dtype):
+            return f"every layer's bias at {self.length} tokens fits the kernels' cache, which holds it"
+        return None
+
+
+# The refusal every route that adds TISA's bias gives a layer without kernels.
+NO_KERNELS = "the layer has no TISA kernels (S = 0, or switched off)"
 
 
 class SdpaRoute:
-    """A route of `tisa_sdpa`: `name` as `tisa-hf env` prints it, `applies` to a call, `run` on it (the output as
-    transformers' attention functions return it, (B, n, H, d), and no weights)."""
+    """A route of `tisa_sdpa`: `name` as `tisa-hf env` prints it, its `refusal` of a call (why it does not run it,
+    or None where it does: it `applies`), `run` on a call (the output as transformers' attention functions return
+    it, (B, n, H, d), and no weights)."""
 
     name: str
 
-    def applies(self, call: SdpaCall) -> bool:
+    def refusal(self, call: SdpaCall) -> str | None:
+        """Why this route does not run `call`, in a clause `tisa-hf env` prints, or None where it does."""
         raise NotImplementedError
+
+    def applies(self, call: SdpaCall) -> bool:
+        return self.refusal(call) is None
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         raise NotImplementedError
 
     def describe(self, call: SdpaCall) -> str:
         """The route and the SDPA backend PyTorch picks for the call with a stored bias."""
-        return f"{self.name} ({backends.sdpa_backend(call.query, call.key, stand_in_bias(call), call.dropout)})"
+        return f"{self.name} ({sdpa_backend(call.query, call.key, stand_in_bias(call), call.dropout)})"
 
     def __repr__(self) -> str:
         return f"<{self.name}>"
@@ -99,9 +122,16 @@ class SdpaRoute:
 
 def stand_in_bias(call: SdpaCall, rows: int | None = None) -> torch.Tensor:
     """A bias of the call's shape (`rows` query rows) without its size, for PyTorch's backend choice: one row, expanded.
-    Its last dimension keeps stride 1, as the real bias's does: PyTorch's fused attention kernels require that of a mask
-    and otherwise fall back to math."""
+    Its last dimension keeps stride 1, as the real bias's does: PyTorch's flash and memory-efficient kernels require
+    that of a mask and otherwise fall back to math."""
     length, heads = call.length, call.query.shape[1]
     requires_grad = call.kernels is not None and call.kernels.needs_grad()
     row = torch.zeros(1, 1, 1, length, dtype=call.bias_dtype, device=call.query.device, requires_grad=requires_grad)
     return row.expand(1, heads, rows or length, length)
+
+
+def sdpa_backend(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float) -> str:
+    """The backend PyTorch's `scaled_dot_product_attention` picks for these inputs (flash, efficient, cudnn or
+    math), as `tisa-hf env` names it, from the choice function it dispatches with."""
+    choice = torch._fused_sdp_choice(query, key, key, mask, dropout, False)
+    return _SDPA_BACKENDS.get(choice, f"backend {choice}")

@@ -12,8 +12,8 @@ from .route import SdpaCall, SdpaRoute
 class PlainRoute(SdpaRoute):
     name = "sdpa"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return call.kernels is None
+    def refusal(self, call: SdpaCall) -> str | None:
+        return None if call.kernels is None else "the layer has TISA kernels"
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         return sdpa_attention_forward(
@@ -34,8 +34,8 @@ class StoredBiasRoute(SdpaRoute):
 
     name = "SDPA + stored bias"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return True
+    def refusal(self, call: SdpaCall) -> str | None:
+        return None
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         mask = call.biased_mask()

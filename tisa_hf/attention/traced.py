@@ -4,7 +4,7 @@ attention in plain operators, with the bias in the logits.
 PyTorch's `scaled_dot_product_attention` with a mask that requires a gradient runs its math path, whose decomposition
 ONNX's exporter cannot trace at a dynamic length (`ConversionError: Failed to decompose the FX graph`); the same
 computation written out exports, keeps the kernels' gradient in the program and runs on every device. A traced call
-whose bias needs no gradient takes the stored bias (`stored_bias.py`), which keeps PyTorch's fused attention in the
+whose bias needs no gradient takes the stored bias (`stored_bias.py`), which keeps PyTorch's SDPA kernels in the
 program."""
 
 from __future__ import annotations
@@ -12,14 +12,18 @@ from __future__ import annotations
 import torch
 
 from . import logits
-from .route import SdpaCall, SdpaRoute
+from .route import NO_KERNELS, SdpaCall, SdpaRoute
 
 
 class TracedTrainableBiasRoute(SdpaRoute):
     name = "math attention + trainable bias (traced)"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return call.kernels.needs_grad()
+    def refusal(self, call: SdpaCall) -> str | None:
+        if call.kernels is None:
+            return NO_KERNELS
+        if not call.kernels.needs_grad():
+            return "no gradient reaches the kernels: the stored bias keeps PyTorch's SDPA kernels in the program"
+        return None
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         mask = call.biased_mask()

@@ -1,24 +1,22 @@
-"""The CPU trainable-bias route: PyTorch leaves its fused CPU attention kernel for the unfused math path as soon as the
-float mask requires a gradient, which TISA's bias does in training, and has no fused CPU attention kernel that returns a
-mask gradient. `TrainableBiasAttention` runs the fused attention kernel forward with the bias as a constant mask and
+"""The CPU trainable-bias route: PyTorch leaves its CPU flash attention kernel for the unfused math path as soon as the
+float mask requires a gradient, which TISA's bias does in training, and has no CPU attention kernel that returns a
+mask gradient. `TrainableBiasAttention` runs the flash attention kernel forward with the bias as a constant mask and
 recomputes the probabilities from the saved log-sum-exp in its backward."""
 
 from __future__ import annotations
 
 import torch
 
-from . import backends
-from .route import FUSED_DTYPES, SdpaCall, SdpaRoute, stand_in_bias
+from .route import LOG_SUM_EXP_DTYPES, NO_KERNELS, SdpaCall, SdpaRoute, sdpa_backend, stand_in_bias
 
 
 class TrainableBiasRoute(SdpaRoute):
     name = "trainable-bias SDPA"
 
-    def applies(self, call: SdpaCall) -> bool:
-        return (
-            takes_fused_bias_path(call.query, call.key, call.kernels.needs_grad(), call.bias_dtype, call.dropout)
-            and call.takes_fused_arguments()
-        )
+    def refusal(self, call: SdpaCall) -> str | None:
+        if call.kernels is None:
+            return NO_KERNELS
+        return fused_bias_path_refusal(call) or call.unsupported_arguments_refusal()
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         mask = call.biased_mask()
@@ -27,27 +25,30 @@ class TrainableBiasRoute(SdpaRoute):
         return output.transpose(1, 2).contiguous(), None
 
     def describe(self, call: SdpaCall) -> str:
-        return f"{self.name} ({backends.sdpa_backend(call.query, call.key, stand_in_bias(call).detach(), 0.0)} forward)"
+        return f"{self.name} ({sdpa_backend(call.query, call.key, stand_in_bias(call).detach(), 0.0)} forward)"
 
 
-def takes_fused_bias_path(
-    query: torch.Tensor, key: torch.Tensor, bias_requires_grad: bool, dtype: torch.dtype, dropout: float
-) -> bool:
-    """Whether a call would leave PyTorch's fused CPU attention kernel only because its float bias (of `dtype`, merged
-    with the 4-D padding mask) requires a gradient."""
-    return (
-        bias_requires_grad
-        and torch.is_grad_enabled()
-        and query.device.type == "cpu"
-        and query.dtype in FUSED_DTYPES
-        and dtype == query.dtype
-        and query.shape[1] == key.shape[1]
-        and not dropout
-    )
+def fused_bias_path_refusal(call: SdpaCall) -> str | None:
+    """Why the call would not leave PyTorch's CPU flash attention kernel only because its float bias (merged with the
+    4-D padding mask) requires a gradient, or None where it would."""
+    query = call.query
+    if not call.kernels.needs_grad():
+        return "no gradient reaches the kernels: the bias is a constant mask PyTorch's own kernels take"
+    if query.device.type != "cpu":
+        return f"the query is on {query.device.type}: the route is for the CPU's flash attention kernel"
+    if query.dtype not in LOG_SUM_EXP_DTYPES:
+        return f"the query is {query.dtype}: the route runs in float32 only"
+    if call.bias_dtype != query.dtype:
+        return f"the bias is {call.bias_dtype} (autocast) and the query {query.dtype}"
+    if query.shape[1] != call.key.shape[1]:
+        return "the keys have fewer heads than the queries (grouped heads)"
+    if call.dropout:
+        return f"attention dropout {call.dropout}, which the hand-written backward does not redraw"
+    return None
 
 
 class TrainableBiasAttention(torch.autograd.Function):
-    """softmax(q kᵀ · scale + bias) v through the fused CPU attention kernel, with a hand-written backward for the
+    """softmax(q kᵀ · scale + bias) v through the CPU flash attention kernel, with a hand-written backward for the
     bias."""
 
     @staticmethod

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import BANDED, FUSED, STORED_BIAS, SdpaCall
+from ..attention import FUSED, STORED_BIAS, SdpaCall
 from ..attention.flex import flex_refusal, flex_refusal_for
-from ..attention.fused_route import FUSED_MAX_HEAD_DIM
-from ..attention.policy import DEFAULT_SDPA_POLICY, FUSED_OPT_IN
-from ..attention.route import BF16_FROM, PIPELINED_FROM
+from ..attention.fused.limits import BF16_FROM, MAX_HEAD_DIM, PIPELINED_FROM
+from ..attention.policy import DEFAULT_SDPA_POLICY, FUSED_OPT_IN_HOW, NAMED_SDPA_POLICIES, call_policy, passed_over
 from ..common.machine import checked_device, machine
 from ..fitting import thread_share
 from ..kernels import TisaPositionBias
@@ -59,45 +58,36 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class RouteReport:
+    """The route a call takes (with PyTorch's SDPA backend where it has one), and "route: why not" for each route
+    tried before it, in the policy's order, from the routes' own refusals."""
+
+    chosen: str
+    passed_over: tuple[str, ...] = ()
+
+
 def route(
     implementation: str, phase: Phase, length: int, shape: Shape, device: torch.device, autocast: torch.dtype | None
-) -> str:
-    """The route of one TISA attention call: "sdpa: trainable-bias SDPA (flash)", "flex: refused (...)", ...; where
-    it depends on the kernels (the banded route), the route of kernels that are nonzero at every offset and the
-    banded route's condition."""
+) -> RouteReport:
+    """The route of one TISA attention call ("trainable-bias SDPA (flash)", "refused: ...") and the routes passed
+    over, for stand-in kernels that are nonzero at every offset (f = 1: the banded route, which takes layers whose
+    f(k) is 0 outside a band, says so in its refusal)."""
     kernels = TisaPositionBias(shape.layers, shape.heads, 1).to(device)
-    return route_of_kernels(kernels, implementation, phase, length, shape, device, autocast)
-
-
-def route_of_kernels(
-    kernels: TisaPositionBias,
-    implementation: str,
-    phase: Phase,
-    length: int,
-    shape: Shape,
-    device: torch.device,
-    autocast: torch.dtype | None,
-) -> str:
-    """`route` for these kernels."""
+    with torch.no_grad():
+        kernels.amplitude.fill_(1.0)
     # A query as transformers hands it over: in autocast's dtype where autocast is on (the projections ran under it).
     query = torch.empty(1, shape.heads, length, shape.head_dim, dtype=autocast or torch.float32, device=device)
     with _grad_mode(phase.training), _autocast(device, autocast):
         if implementation == "eager":
-            return "eager attention, stored bias"
+            return RouteReport("eager attention, stored bias")
         if implementation == "flex_attention":
             refusal = flex_refusal(kernels, query, phase.dropout)
-            return "refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod"
+            return RouteReport("refused: " + refusal.split(":")[0] if refusal else "flex, offset table in score_mod")
         call = SdpaCall(query, query, query, None, phase.dropout, None, kernels, 0)
-        chosen = DEFAULT_SDPA_POLICY.choose(call)
-        if chosen is BANDED:
-            # The stand-in kernels are 0, which takes the banded route; kernels nonzero at every offset (f = 1) take
-            # the route of any layer whose band is too wide.
-            description = chosen.describe(call)
-            with torch.no_grad():
-                kernels.amplitude.fill_(1.0)
-            wide = route_of_kernels(kernels, implementation, phase, length, shape, device, autocast)
-            return f"{wide}, or {description}"
-        return chosen.describe(call)
+        policy = call_policy()
+        reasons = tuple(f"{route.name}: {refusal}" for route, refusal in passed_over(policy, call))
+        return RouteReport(policy.choose(call).describe(call), reasons)
 
 
 # On CUDA GPUs of compute capability 8 and above, PyTorch's memory-efficient SDPA kernel needs the head size to be a
@@ -146,21 +136,21 @@ def capability_route(capability: tuple[int, int]) -> str:
     tiles = "1 pipeline stage" if capability < PIPELINED_FROM else "2 pipeline stages"
     return (
         f"sdpa: {STORED_BIAS.name} on the memory-efficient kernel, {precisions}; flex attention: {flex}; "
-        f"{FUSED.name}: {precisions}, heads up to {FUSED_MAX_HEAD_DIM}, {tiles}, opt-in ({FUSED_OPT_IN}=1)"
+        f"{FUSED.name}: {precisions}, heads up to {MAX_HEAD_DIM}, {tiles}, in the fused policy"
     )
 
 
 def route_table(
     device: torch.device, lengths: list[int], shape: Shape = Shape()
-) -> list[tuple[str, str, str, list[str]]]:
+) -> list[tuple[str, str, str, list[RouteReport]]]:
     """(attention, precision, phase, route per length) for every configuration on `device`."""
     rows = []
     for implementation in ("sdpa", "eager", "flex_attention"):
         for autocast in precisions(device):
             precision = f"{autocast} autocast".replace("torch.", "") if autocast else "float32"
             for phase in PHASES:
-                routes = [route(implementation, phase, length, shape, device, autocast) for length in lengths]
-                rows.append((implementation, precision, phase.name, routes))
+                reports = [route(implementation, phase, length, shape, device, autocast) for length in lengths]
+                rows.append((implementation, precision, phase.name, reports))
     return rows
 
 
@@ -192,10 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(describe_environment(device)))
     print(
         f"\nroute of a TISA attention call by input length, for {shape.layers} layers x {shape.heads} heads of "
-        f"{shape.head_dim} (PyTorch's SDPA backend in brackets):"
+        f"{shape.head_dim} and kernels nonzero at every offset (PyTorch's SDPA backend in brackets), and why each "
+        "route tried before it did not apply:"
     )
-    for implementation, precision, phase, routes in route_table(device, args.lengths, shape):
-        print(f"  {implementation}, {precision}, {phase}: {grouped(args.lengths, routes)}")
+    default = next(name for name, policy in NAMED_SDPA_POLICIES.items() if policy is DEFAULT_SDPA_POLICY)
+    print(f"  (the {default} policy, the default; the fused policy: {FUSED_OPT_IN_HOW})")
+    for implementation, precision, phase, reports in route_table(device, args.lengths, shape):
+        print(f"  {implementation}, {precision}, {phase}:")
+        print("\n".join(f"    {line}" for line in grouped(args.lengths, reports)))
     print(
         "\nroute of a TISA call (training, and inference within the bias cache) by GPU compute capability, by "
         "PyTorch's rules:"
@@ -212,9 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def grouped(lengths: list[int], routes: list[str]) -> str:
-    """ "128, 512: route A; 2048: route B": lengths that take the same route named once."""
-    groups: dict[str, list[str]] = {}
-    for length, chosen in zip(lengths, routes, strict=True):
-        groups.setdefault(chosen, []).append(str(length))
-    return "; ".join(f"{', '.join(group)}: {chosen}" for chosen, group in groups.items())
+def grouped(lengths: list[int], reports: list[RouteReport]) -> list[str]:
+    """ "128, 512: route A" with its passed-over routes indented below it: lengths that take the same route, for the
+    same reasons, named once."""
+    groups: dict[RouteReport, list[str]] = {}
+    for length, report in zip(lengths, reports, strict=True):
+        groups.setdefault(report, []).append(str(length))
+    return [
+        line
+        for report, group in groups.items()
+        for line in (f"{', '.join(group)}: {report.chosen}", *(f"  not {passed}" for passed in report.passed_over))
+    ]

@@ -71,7 +71,7 @@ def labelled_sections() -> Iterator[None]:
     mapping = AttentionInterface._global_mapping
     targets: list[tuple[object, str, str]] = [
         (TisaPositionBias, "forward", BIAS),
-        (TisaPositionBias, "offset_values", BIAS),
+        (TisaPositionBias, "offset_table", BIAS),
         (logits, "merge_bias", BIAS),  # every route merges through this module's function
         (modeling_bert, "eager_attention_forward", ATTENTION),
     ]

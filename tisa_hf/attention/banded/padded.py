@@ -1,5 +1,5 @@
-"""The banded route with a padding mask (`corrected_banded_sdpa`): one plain fused call over all keys, corrected within
-the band, or None where the correction would lose precision (the layer is then computed blockwise)."""
+"""The banded route with a padding mask (`corrected_banded_sdpa`): one plain attention call over all keys, corrected
+within the band, or None where the correction would lose precision (the layer is then computed blockwise)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .log_sum_exp import fused_attention
+from .log_sum_exp import attention_with_log_sum_exp
 
 # Query blocks of `BANDED_CORRECTION_ROWS` rows; above `BANDED_DIRECT_BIAS_LIMIT` on max f the correction is computed
 # rescaled (expm1(f) overflows float32 beyond 88); above `BANDED_MAX_CANCELLATION` on 1 / (1 + D) it would cancel that
@@ -17,8 +17,8 @@ BANDED_DIRECT_BIAS_LIMIT = 40.0
 BANDED_MAX_CANCELLATION = 16.0
 
 
-def fused_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The padding mask as `fused_attention` takes it: additive, in the query's dtype (a boolean mask
+def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The padding mask as `attention_with_log_sum_exp` takes it: additive, in the query's dtype (a boolean mask
     becomes 0 / -inf, as `scaled_dot_product_attention` converts it)."""
     if mask is None or mask.dtype == dtype:
         return mask
@@ -27,12 +27,12 @@ def fused_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | 
     return mask.to(dtype)
 
 
-def toeplitz_window(values: torch.Tensor, first: int, rows: int, columns: int) -> torch.Tensor:
+def toeplitz_window(table: torch.Tensor, first: int, rows: int, columns: int) -> torch.Tensor:
     """(heads, rows, columns) with f(first + c - r) at (r, c): the bias of `rows` query rows i0 .. i0 + rows - 1
     against the keys i0 + first .. i0 + first + columns - 1, the same for every i0 (offsets beyond ±(n-1) read 0)."""
-    centre = (values.shape[-1] - 1) // 2
-    padded = torch.nn.functional.pad(values, (rows, rows + columns))
-    index = torch.arange(columns, device=values.device) - torch.arange(rows, device=values.device)[:, None]
+    centre = (table.shape[-1] - 1) // 2
+    padded = torch.nn.functional.pad(table, (rows, rows + columns))
+    index = torch.arange(columns, device=table.device) - torch.arange(rows, device=table.device)[:, None]
     return padded[:, index + (first + centre + rows)]
 
 
@@ -41,11 +41,11 @@ def corrected_banded_sdpa(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor,
-    values: torch.Tensor,
+    table: torch.Tensor,
     band: tuple[int, int] | None,
     scale: float,
 ) -> torch.Tensor | None:
-    """`banded_biased_sdpa` with a padding mask (boolean, or additive float): one fused call over all keys
+    """`banded_biased_sdpa` with a padding mask (boolean, or additive float): one attention call over all keys
     without the bias, corrected within the band; None where the correction would lose precision.
 
     With the plain call's output o_i and log-sum-exp l_i, and t_ij = s_ij - l_i (s the masked logits, so t <= 0),
@@ -58,18 +58,20 @@ def corrected_banded_sdpa(
     digits it cancels: beyond `BANDED_MAX_CANCELLATION` (1 / (1 + D_i), or its rescaled equivalent) None is
     returned."""
     length = query.shape[2]
-    output, logsumexp = fused_attention(query, key, value, attn_mask=fused_mask(mask, query.dtype), scale=scale)
+    output, logsumexp = attention_with_log_sum_exp(
+        query, key, value, attn_mask=additive_mask(mask, query.dtype), scale=scale
+    )
     if band is None:
         return output
     low, high = band
     rows = min(length, BANDED_CORRECTION_ROWS)
-    table = toeplitz_window(values, low, rows, rows + high - low)
-    rescaled = bool(table.max() > BANDED_DIRECT_BIAS_LIMIT)
+    window = toeplitz_window(table, low, rows, rows + high - low)
+    rescaled = bool(window.max() > BANDED_DIRECT_BIAS_LIMIT)
     if rescaled:
-        positive = table.clamp(min=0)
-        factor = torch.where(table >= 0, torch.expm1(-table).neg_(), torch.expm1(table))
+        positive = window.clamp(min=0)
+        factor = torch.where(window >= 0, torch.expm1(-window).neg_(), torch.expm1(window))
     else:
-        factor = torch.expm1(table)
+        factor = torch.expm1(window)
     logsumexp = logsumexp.unsqueeze(-1)
     worst = torch.zeros((), dtype=output.dtype, device=output.device)
     for start in range(0, length, rows):

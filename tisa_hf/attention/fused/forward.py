@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fused_tiles import dot_precision, dropout_keep, forward_tiles, head_block, pipeline_stages, tile_logits
+from .tiles import LOG2_E, dropout_keep, forward_tiles, launch_options, mask_and_seed, tile_logits
 
 
 @triton.jit
@@ -101,7 +101,7 @@ def _forward_kernel(
         mask=row_inside[:, None] & dim_inside[None, :],
     )
     # The natural log-sum-exp of each row's logits (before dropout), as PyTorch's attention kernels return it.
-    log_sum_exp = tl.where(empty, float("inf"), (running_max + tl.log2(running_sum)) / 1.4426950408889634)
+    log_sum_exp = tl.where(empty, float("inf"), (running_max + tl.log2(running_sum)) / LOG2_E)
     tl.store(LSE + head_index * length + rows, log_sum_exp, mask=row_inside)
 
 
@@ -114,44 +114,25 @@ def fused_forward(
     seed: torch.Tensor | None,
     scale: float,
     dropout: float,
-    tiles: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q kᵀ · scale + F) v with F[h, i, j] = table[h, j - i + n - 1], where the boolean `mask` (B, H, n, n, any
     strides: broadcast dimensions stride 0) allows it, and attention dropout `dropout` from `seed`: the output (B, H, n,
     d), laid out as (B, n, H, d) so that the caller's transpose back is free, and the log-sum-exp (B, H, n) in fp32.
-    `tiles` (query rows, keys) replaces the default tile sizes (tests run several tiles on short inputs).
     """
     batch, heads, length, head_dim = query.shape
     output = query.new_empty(batch, length, heads, head_dim).transpose(1, 2)
     log_sum_exp = torch.empty(batch, heads, length, dtype=torch.float32, device=query.device)
-    block_m, block_n = tiles or forward_tiles(head_dim)
-    mask_arg = mask if mask is not None else table.view(1, 1, 1, -1)
+    block_m, _ = tiles = forward_tiles(head_dim)
+    mask_arg, seed_arg = mask_and_seed(table, mask, seed)
     _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
-        query,
-        key,
-        value,
-        table,
-        mask_arg,
-        seed if seed is not None else table,
-        output,
-        log_sum_exp,
+        *(query, key, value, table, mask_arg, seed_arg, output, log_sum_exp),
         *query.stride()[:3],
         *key.stride()[:3],
         *value.stride()[:3],
         *output.stride()[:3],
         table.stride(0),
         *mask_arg.stride(),
-        heads,
-        length,
-        head_dim,
-        scale,
-        dropout,
-        HAS_MASK=mask is not None,
-        HAS_DROPOUT=dropout > 0,
-        DOT_PRECISION=dot_precision(query.dtype),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_D=head_block(head_dim),
-        num_stages=pipeline_stages(query.device),
+        *(heads, length, head_dim, scale, dropout),
+        **launch_options(query, mask, dropout, tiles),
     )
     return output, log_sum_exp

@@ -14,7 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .route import PIPELINED_FROM
+from .limits import PIPELINED_FROM
+
+# log2(e): the kernels take exponentials in base 2, exp2 being the GPU's native exponential.
+LOG2_E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -43,7 +46,7 @@ def tile_logits(
         valid = valid & (allowed != 0)
     bias = tl.load(table_row + (cols[None, :] - rows[:, None] + length - 1), mask=valid, other=0.0)
     logits = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale + bias.to(tl.float32)
-    return tl.where(valid, logits * 1.4426950408889634, float("-inf"))
+    return tl.where(valid, logits * LOG2_E, float("-inf"))
 
 
 @triton.jit
@@ -53,27 +56,6 @@ def dropout_keep(seed_ptr, head_index, rows, cols, length, dropout_p):
     u >= p (probability 1 - p, as SDPA's dropout)."""
     seed = tl.load(seed_ptr) + head_index.to(tl.int64) * 4294967296
     return tl.rand(seed, rows[:, None] * length + cols[None, :]) >= dropout_p
-
-
-@triton.jit
-def _keep_mask_kernel(SEED, KEEP, length, dropout_p, BLOCK: tl.constexpr):
-    head_index = tl.program_id(1)
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    for start in range(0, length, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        keep = dropout_keep(SEED, head_index, rows, cols, length, dropout_p)
-        inside = (rows[:, None] < length) & (cols[None, :] < length)
-        offsets = head_index.to(tl.int64) * length * length + rows[:, None] * length + cols[None, :]
-        tl.store(KEEP + offsets, keep.to(tl.int8), mask=inside)
-
-
-def keep_mask(seed: torch.Tensor, batch: int, heads: int, length: int, dropout: float) -> torch.Tensor:
-    """The (batch, heads, n, n) keep mask a call with this seed draws (True: kept), for checking the kernels'
-    dropout against an eager computation."""
-    keep = torch.empty(batch, heads, length, length, dtype=torch.int8, device=seed.device)
-    block = 16
-    _keep_mask_kernel[(triton.cdiv(length, block), batch * heads)](seed, keep, length, dropout, block)
-    return keep.bool()
 
 
 def head_block(head_dim: int) -> int:
@@ -103,3 +85,27 @@ def pipeline_stages(device: torch.device) -> int:
     if device.type != "cuda":
         return 1
     return 2 if torch.cuda.get_device_capability(device) >= PIPELINED_FROM else 1
+
+
+def mask_and_seed(
+    table: torch.Tensor, mask: torch.Tensor | None, seed: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask and seed a launch passes: the call's, or the table in place of one it has not (a kernel compiled
+    without a mask or dropout never reads it, but takes a tensor)."""
+    return (mask if mask is not None else table.view(1, 1, 1, -1)), (seed if seed is not None else table)
+
+
+def launch_options(
+    query: torch.Tensor, mask: torch.Tensor | None, dropout: float, tiles: tuple[int, int]
+) -> dict[str, object]:
+    """The compile-time options of a launch, forward or backward: what the kernel reads, its dot precision, its
+    tiles (query rows, keys) and pipeline stages."""
+    return {
+        "HAS_MASK": mask is not None,
+        "HAS_DROPOUT": dropout > 0,
+        "DOT_PRECISION": dot_precision(query.dtype),
+        "BLOCK_M": tiles[0],
+        "BLOCK_N": tiles[1],
+        "BLOCK_D": head_block(query.shape[-1]),
+        "num_stages": pipeline_stages(query.device),
+    }

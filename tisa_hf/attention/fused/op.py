@@ -8,16 +8,13 @@ CUDA tensor or on a CPU tensor under Triton's interpreter (`TRITON_INTERPRET=1`,
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-# Triton reads TRITON_INTERPRET when it is imported: a process that set it runs the kernels on CPU tensors (slowly).
-TRITON_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from . import limits
 
 
 def check_device(query: torch.Tensor) -> None:
-    if query.device.type == "cpu" and not TRITON_INTERPRETED:
+    if query.device.type == "cpu" and not limits.TRITON_INTERPRETED:
         raise RuntimeError(
             "the fused TISA attention kernel runs on CUDA tensors, or on CPU tensors only under Triton's interpreter "
             "(TRITON_INTERPRET=1 set before Python starts): move the model to a GPU or use the stored-bias route."
@@ -41,7 +38,7 @@ def toeplitz_attention(
     fp32). A row that may attend to no key gives zeros, as PyTorch's SDPA does (its log-sum-exp is +inf).
     """
     check_device(query)
-    from .fused_forward import fused_forward
+    from .forward import fused_forward
 
     return fused_forward(query, key, value, table, mask, seed, scale, dropout)
 
@@ -69,7 +66,7 @@ def toeplitz_attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV and d(table) of `toeplitz_attention`, its dropout redrawn from the same seed."""
     check_device(query)
-    from .fused_backward import fused_backward
+    from .backward import fused_backward
 
     return fused_backward(grad_output, query, key, value, table, mask, seed, output, log_sum_exp, scale, dropout)
 

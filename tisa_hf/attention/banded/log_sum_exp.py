@@ -1,19 +1,19 @@
-"""PyTorch's fused attention kernels that return the log-sum-exp beside the output, called directly (the CPU's flash
+"""PyTorch's SDPA kernels that return the log-sum-exp beside the output, called directly (the CPU's flash
 attention kernel, CUDA's memory-efficient attention kernel), and the merge of two attentions over disjoint keys by
-their log-sum-exps: the pieces the banded route (`banded.py`, `banded_padded.py`) is built of."""
+their log-sum-exps: the pieces the banded computation (`sdpa.py`, `padded.py`) is built of."""
 
 from __future__ import annotations
 
 import torch
 
-_fused_cpu_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_fused_cuda_attention = torch.ops.aten._scaled_dot_product_efficient_attention
+_cpu_flash_attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_cuda_memory_efficient_attention = torch.ops.aten._scaled_dot_product_efficient_attention
 # CUDA's memory-efficient attention kernel reads an additive mask in rows that start on 16 elements; PyTorch's own SDPA
 # front end pads the mask's rows to that before calling it (`pad_bias`), which a direct call has to do itself.
 CUDA_MASK_ALIGNMENT = 16
 
 
-def fused_attention(
+def attention_with_log_sum_exp(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -21,16 +21,18 @@ def fused_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q kᵀ · scale + mask) v (B, H, m, d) and its log-sum-exp (B, H, m) in float32, from the fused attention
+    """softmax(q kᵀ · scale + mask) v (B, H, m, d) and its log-sum-exp (B, H, m) in float32, from the attention
     kernel that returns both: PyTorch's flash attention kernel on the CPU, its memory-efficient attention kernel on CUDA
     (the one CUDA kernel that takes an additive mask in float32). `is_causal` is meant for square calls (the attention
     kernels align a causal mask of m < n keys differently)."""
     if query.device.type == "cpu":
-        return _fused_cpu_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)[:2]
+        return _cpu_flash_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)[:2]
     if attn_mask is not None:
         shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
         attn_mask = cuda_aligned_mask(attn_mask).expand(shape)
-    output, logsumexp = _fused_cuda_attention(query, key, value, attn_mask, True, 0.0, is_causal, scale=scale)[:2]
+    output, logsumexp = _cuda_memory_efficient_attention(
+        query, key, value, attn_mask, True, 0.0, is_causal, scale=scale
+    )[:2]
     return output, logsumexp[..., : query.shape[2]]  # the kernel pads its log-sum-exp rows to a multiple of 32
 
 
