@@ -186,3 +186,57 @@ def test_patch_in_memory_matches_loading(rope_checkpoint):
     patched = tisa_hf.patch(AutoModel.from_pretrained(rope_checkpoint), TisaConfig(mode="replace", fit_restarts=1))
     assert type(patched) is type(loaded)
     assert torch.equal(patched.tisa.amplitude, loaded.tisa.amplitude)
+
+
+@EACH_SLOW_BUT_MODERNBERT
+def test_trainer_moves_the_kernels_and_the_saved_model_reloads(rope_checkpoint, tmp_path):
+    from torch.utils.data import Dataset
+    from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+
+    class FirstTokenTask(Dataset):
+        inputs = torch.randint(5, 99, (16, 12), generator=torch.Generator().manual_seed(1))
+
+        def __len__(self) -> int:
+            return len(self.inputs)
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            return {"input_ids": self.inputs[index], "labels": (self.inputs[index, 0] > 50).long()}
+
+    model = AutoModelForSequenceClassification.from_pretrained(rope_checkpoint, num_labels=2, tisa=TisaConfig(**RANDOM))
+    start = model.base_model.tisa.amplitude.detach().clone()
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "trainer"),
+        max_steps=2,
+        per_device_train_batch_size=8,
+        learning_rate=1e-2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=arguments, train_dataset=FirstTokenTask())
+    trainer.train()
+    assert not torch.equal(model.base_model.tisa.amplitude.detach(), start)
+    trainer.save_model(str(tmp_path / "saved"))
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        inputs = FirstTokenTask.inputs[:4]
+        assert torch.equal(model.eval()(input_ids=inputs).logits, reloaded(input_ids=inputs).logits)
+
+
+@requires_extra("st")
+def test_a_multi_vector_encoder_of_a_rope_model_reads_past_its_rotary_range(rope_checkpoints, tmp_path):
+    from sentence_transformers import MultiVectorEncoder, SentenceTransformer
+
+    from tisa_hf.common.sentence_models import to_tisa_sentence_transformer
+    from tisa_hf.multivector.encoder import save_multi_vector_encoder
+
+    folder = tmp_path / "base"
+    AutoModel.from_pretrained(rope_checkpoints["modernbert"]).save_pretrained(folder)
+    write_tokenizer(folder)
+    tisa = TisaConfig(mode="replace", **RANDOM)
+    model = to_tisa_sentence_transformer(SentenceTransformer(str(folder), device="cpu"), tisa, max_seq_length=64)
+    save_multi_vector_encoder(model, tmp_path / "multi", document_length=4 * ROPE_RANGE)
+    encoder = MultiVectorEncoder(str(tmp_path / "multi"), device="cpu")
+    vectors = encoder.encode_document([" ".join(WORDS)])[0]
+    assert vectors.shape[0] == len(WORDS) and torch.isfinite(torch.as_tensor(vectors)).all()
