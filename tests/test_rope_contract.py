@@ -44,6 +44,7 @@ def tisa_encoder(folder: str, mode: str, implementation: str = "sdpa") -> torch.
     ).eval()
 
 
+@EACH_SLOW_BUT_MODERNBERT
 def test_every_head_transformers_registers_has_its_tisa_class(rope_checkpoint, rope_model_type):
     adapter = adapter_for(rope_model_type)
     heads = []
@@ -102,6 +103,7 @@ def test_torch_export_equals_eager_past_the_rotary_range(rope_checkpoint):
     )
 
 
+@pytest.mark.slow
 def test_onnx_export_runs_in_onnx_runtime_as_eager(rope_checkpoints, tmp_path):
     onnx_runtime = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
