@@ -46,16 +46,16 @@ class RotaryAdapter(EncoderAdapter):
 class NomicBertAdapter(RotaryAdapter):
     model_type = "nomic_bert"
     base_model_class_name = "NomicBertModel"
-    transformers_release = "5.0.0"
+    transformers_release = "5.5.0"
 
 
 class GteAdapter(RotaryAdapter):
     model_type = "gte"
     base_model_class_name = "GteModel"
-    transformers_release = "5.0.0"
+    transformers_release = "5.18.0"
 
 
 class EuroBertAdapter(RotaryAdapter):
     model_type = "eurobert"
     base_model_class_name = "EuroBertModel"
-    transformers_release = "5.0.0"
+    transformers_release = "5.3.0"
