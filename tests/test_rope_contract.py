@@ -182,6 +182,7 @@ def test_the_stock_model_extrapolates_and_tisa_add_does_the_same(rope_checkpoint
         assert torch.equal(tisa(input_ids).last_hidden_state, stock(input_ids).last_hidden_state)
 
 
+@EACH_SLOW_BUT_MODERNBERT
 def test_patch_in_memory_matches_loading(rope_checkpoint):
     """`tisa_hf.patch` of a stock model in memory gives the class and kernels `from_pretrained(..., tisa=)` gives."""
     loaded = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(mode="replace", fit_restarts=1))
