@@ -132,7 +132,7 @@ stage_qmsum() {  # the chosen variant as one more whole read of scripts/qmsum_pa
         MEETINGS=$meetings bash scripts/qmsum_passages.sh context
     for window in "${windows[@]}"; do  # and every system paired to BASE too: what the training changed on QMSum
         tisa-hf qmsum-passages "$BASE" "late:$BASE" "$chosen" "late:$chosen" --paired "$BASE" "late:$BASE" \
-            --window-tokens "$window" --out "$RECORDS/w$window" --work "$PASSAGES_WORK/w$window" \
+            --data "${QMSUM:-../shared/longdoc/qmsum}" --window-tokens "$window" --out "$RECORDS/w$window" --work "$PASSAGES_WORK/w$window" \
             ${meetings:+--meetings "$meetings"} --token-states "$TOKEN_STATES"
     done
 }

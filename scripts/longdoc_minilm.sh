@@ -71,6 +71,11 @@ SPANS_RECORDS=${SPANS_RECORDS:-docs/results/longdoc/spans-minilm}
 STS_RECORDS=${STS_RECORDS:-docs/results/longdoc/sts-minilm}
 LONGEMBED_RECORDS=${LONGEMBED_RECORDS:-docs/results/longdoc}
 WORK=${WORK:-runs/longdoc}
+SHARED=${SHARED:-../shared}  # the recorded runs' data: WikiText-2 test.txt, GLUE's STS-B dev.tsv, QMSum's meetings
+declare -A DATA_OPTIONS=(  # each command's data, passed explicitly (the commands' defaults read the Hub)
+    [longembed]="--text $SHARED/text/wikitext-2/test.txt" [sts]="--data $SHARED/glue/STS-B/dev.tsv"
+    [qmsum]="--data $SHARED/longdoc/qmsum" [spans]="--data $SHARED/text/wikitext-2/test.txt"
+)
 export HF_HUB_OFFLINE=1
 
 adapted_models() {  # the finished adapted models (and s5-all-lscale, which is s5-all read another way), one a line;
@@ -138,14 +143,16 @@ retrieval() {  # retrieval NAME LONGEMBED_OPTIONS...: into $LONGEMBED_RECORDS/NA
     local references=("${BASELINES[@]}" late:chunk:minilm)
     adapted_has s0-all && references+=("$ADAPTED/s0-all")
     adapted_has s5-all && references+=("$ADAPTED/s5-all")
-    tisa-hf longembed "$@" --out "$out" --work "$work" "${systems[@]}" --paired "${references[@]}"
+    # shellcheck disable=SC2086  # the options split into words
+    tisa-hf longembed "$@" ${DATA_OPTIONS[longembed]} --out "$out" --work "$work" "${systems[@]}" --paired "${references[@]}"
 }
 
 stage_embed() {
     local adapted sts_references=(minilm)
     mapfile -t adapted < <(adapted_models)
     adapted_has s5-all && sts_references+=("$ADAPTED/s5-all")
-    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" --out "$STS_RECORDS" --paired "${sts_references[@]}"
+    # shellcheck disable=SC2086
+    tisa-hf sts minilm tisa:replace:5:minilm "${adapted[@]}" ${DATA_OPTIONS[sts]} --out "$STS_RECORDS" --paired "${sts_references[@]}"
     retrieval longembed-minilm --lengths 256 512 1024 2048 4096
 }
 
@@ -248,7 +255,8 @@ corpus_retrieval() {  # corpus_retrieval COMMAND OUT "MAX..." "LATE..." VARIANT.
     for system in "${windows[@]}"; do dense+=("max:$system"); done
     for system in "${tokens[@]}"; do dense+=("late:$system"); done
     for system in "${dense[@]}"; do hybrids+=("hybrid:bm25+$system"); done
-    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" --out "$out" --work "$WORK/$(basename "$out")" \
+    # shellcheck disable=SC2086
+    tisa-hf "$command" bm25 "${dense[@]}" "${hybrids[@]}" ${DATA_OPTIONS[$command]} --out "$out" --work "$WORK/$(basename "$out")" \
         --paired "${references[@]}"
 }
 

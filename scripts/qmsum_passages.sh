@@ -36,7 +36,7 @@ export HF_HUB_OFFLINE=1
 passages() {  # passages SYSTEM... [--paired REF...]: every W of WINDOWS, into $RECORDS/wW (kept rows in $WORK/wW)
     local window
     for window in "${windows[@]}"; do
-        tisa-hf qmsum-passages "$@" --window-tokens "$window" --out "$RECORDS/w$window" --work "$WORK/w$window" \
+        tisa-hf qmsum-passages "$@" --data "${QMSUM:-../shared/longdoc/qmsum}" --window-tokens "$window" --out "$RECORDS/w$window" --work "$WORK/w$window" \
             ${MEETINGS:+--meetings "$MEETINGS"}
     done
 }

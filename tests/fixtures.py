@@ -306,3 +306,10 @@ def load_script(name: str) -> ModuleType:
     finally:
         sys.path.remove(str(SCRIPTS))
     return module
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Activation checkpointing on, by the name the installed transformers gives it (`activation_checkpointing_enable`
+    from 5.23, `gradient_checkpointing_enable` before)."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModel
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import enable_activation_checkpointing, tiny_config
 from tests.reference import reference_forward
 
 pytestmark = pytest.mark.core
@@ -135,7 +135,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         return model.tisa.amplitude.grad.clone()
 
     plain = kernel_grad()
-    model.activation_checkpointing_enable()
+    enable_activation_checkpointing(model)
     torch.testing.assert_close(kernel_grad(), plain)
 
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, StaticCache
+from transformers import AutoModelForCausalLM, GenerationMixin, StaticCache
 from transformers.modeling_outputs import CausalLMOutputWithCrossAttentions
 
 from tests.fixtures import tiny_config
@@ -182,3 +182,11 @@ def test_length_scaling_is_refused_for_decoders():
     input_ids = token_ids(model.config)
     with torch.no_grad(), pytest.raises(UsageError, match="^TisaConfig.length_scale_from .* for a decoder"):
         model(input_ids, use_cache=False)
+
+
+@pytest.mark.parametrize("model_type", DECODER_TYPES)
+def test_generative_classes_name_generation_mixin_among_their_bases(model_type):
+    """transformers 5 asks a class that generates to name GenerationMixin itself (`test_inherits_generation_mixin`)."""
+    model_class = type(decoder(model_type))
+    assert GenerationMixin in model_class.__bases__
+    assert model_class.can_generate()

@@ -13,7 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import tisa_hf
 import tisa_hf.attention as attention
-from tests.fixtures import requires_extra, tiny_config
+from tests.fixtures import enable_activation_checkpointing, requires_extra, tiny_config
 from tisa_hf.attention import blockwise, stored_bias, trainable_bias
 from tisa_hf.kernels import TisaPositionBias, toeplitz_from_offsets
 
@@ -385,6 +385,6 @@ def test_tables_are_per_forward_only(monkeypatch):
     assert counter.calls == 2 and model.tisa._forward_tables is None
     model.tisa.offset_table(0, 12, torch.float32)
     assert counter.calls == 3
-    model.activation_checkpointing_enable()
+    enable_activation_checkpointing(model)
     training_step(model, 12)
     assert counter.calls == 3 + 2 * 2  # each layer's own, and again in its recompute

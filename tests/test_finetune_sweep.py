@@ -16,6 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_sweep(tmp_path, **extra):
+    """A sweep over RTE, its data in `tmp_path` (the files checked before any run; tests that run one write them
+    whole)."""
+    for task in ("RTE", "MRPC", "CoLA"):
+        (tmp_path / task).mkdir(exist_ok=True)
+        (tmp_path / task / "train.tsv").touch()
     (tmp_path / "glue").mkdir(exist_ok=True)
     (tmp_path / "glue" / "rte.yaml").write_text("task: rte\nmax_steps: 4\n")
     sweep = {
@@ -273,9 +278,44 @@ def test_a_variants_own_model_replaces_the_sweeps_in_its_command(tmp_path):
     assert commands["head-512"][commands["head-512"].index("--model") + 1] == str(tmp_path / "bert")
 
 
+def test_missing_data_stops_the_sweep_once_before_its_first_run(tmp_path, monkeypatch, capsys):
+    sweep = write_sweep(tmp_path)
+    sweep.write_text(sweep.read_text().replace(f'"data_dir": "{tmp_path}"', f'"data_dir": "{tmp_path / "glue"}"'))
+    monkeypatch.setattr("subprocess.run", lambda *args, **kwargs: pytest.fail("a run was launched"))
+    assert main(["--config", str(sweep)]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == (
+        "",
+        f"tisa-hf sweep: Sweep file {sweep}: No RTE/train.tsv under {tmp_path / 'glue'}; --data-dir takes the GLUE "
+        "folder or the task's.\n",
+    )
+    sweep.write_text(
+        sweep.read_text().replace(f'"data_dir": "{tmp_path / "glue"}"', f'"data_dir": "{tmp_path / "no"}"')
+    )
+    assert main(["--config", str(sweep)]) == 2
+    assert capsys.readouterr().err == (
+        f"tisa-hf sweep: Sweep file {sweep}: data_dir {tmp_path / 'no'} does not exist; set data_dir in the sweep "
+        "file's settings to a local copy (docs/fine-tuning.md says how to get one).\n"
+    )
+
+
+def test_glue_from_the_hub_out_of_reach_stops_the_sweep_once(tmp_path, monkeypatch, capsys):
+    """The smoke sweep reads GLUE from the Hub, as every sweep without data_dir does."""
+    monkeypatch.setattr("tisa_hf.common.hub_access.hub_reachable", lambda timeout=None: False)
+    monkeypatch.chdir(tmp_path)
+    assert "data_dir" not in yaml.safe_load((ROOT / "configs/sweeps/minilm-smoke.yaml").read_text())["settings"]
+    assert main(["--config", str(ROOT / "configs/sweeps/minilm-smoke.yaml")]) == 2
+    assert capsys.readouterr().err == (
+        "tisa-hf sweep: The dataset nyu-mll/glue comes from the Hugging Face Hub, which is unreachable; set data_dir "
+        "in the sweep file's settings to a local copy (docs/fine-tuning.md says how to get one) (or set "
+        "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache).\n"
+    )
+
+
 @pytest.mark.parametrize("sweep_file", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_sweep_gives_each_run_arguments_its_command_accepts(sweep_file, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative output_dirs resolve to empty folders: every run is planned as new
+    monkeypatch.setattr("tisa_hf.experiments.sweep.check_data", lambda *args: None)  # data: the tests above
     sweep = yaml.safe_load(sweep_file.read_text())
     for folder in sweep.get("requires") or {}:  # what its scripts make (adapted models), here as empty folders
         (tmp_path / folder).mkdir(parents=True)

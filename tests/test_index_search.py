@@ -112,6 +112,10 @@ def test_search_top_k_equals_a_brute_force_maxsim(models, corpus_file, tmp_path,
     argv = [str(tmp_path / "index"), "--queries", str(questions), "--query-field", "question", "--top-k", "4"]
     assert search([*argv, "--out", str(tmp_path / "hits.json")]) == 0
     found = json.loads((tmp_path / "hits.json").read_text())
+    assert (
+        capsys.readouterr().out
+        == f"{4 * len(QUESTIONS)} hits of {len(QUESTIONS)} queries (top 4) written to {tmp_path / 'hits.json'}.\n"
+    )
 
     encoder = MultiVectorEncoder(model, device="cpu")
     queries = encoder.encode_query(QUESTIONS)
@@ -297,3 +301,13 @@ def test_search_after_the_model_folder_moved_names_the_folder_gone_and_model(mod
         "deleted); give where it is now with --model."
     ]
     assert search([str(tmp_path / "index"), "--query", "blue", "--model", str(tmp_path / "elsewhere")]) == 0
+
+
+def test_index_help_names_every_way_a_token_vector_is_stored():
+    from tisa_hf.multivector.options import index_parser
+
+    assert index_parser().description == (
+        "Turn a corpus into a token-vector index for tisa-hf search: one vector a token of each document (stored as "
+        "--dtype says: float16, int8 or product-quantized), read by a multi-vector model, in parts saved as they "
+        "finish (an interrupted run resumes), on one device or several processes."
+    )

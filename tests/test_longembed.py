@@ -344,15 +344,18 @@ def test_systems_with_equal_numbers_stay_visible_in_the_plot():
         (
             longembed_parser,
             [
-                "--text TEXT           Plain text the needle task's documents are cut from. (default: "
-                "../shared/text/wikitext-2/test.txt)",
+                "--text TEXT           Plain text the needle task's documents are cut from (default: WikiText-2's "
+                "test split from the Hub, Salesforce/wikitext wikitext-2-raw-v1).",
                 "(default: [256, 512, 1024, 2048, 4096, 8192])",
                 "Candidate documents per length (<= 100). (default: 100)",
                 "Queries per length (<= --documents). (default: 50)",
             ],
         ),
-        (sts_parser, ["(default: ../shared/glue/STS-B/dev.tsv)"]),
-        (qmsum_parser, ["(default: ../shared/longdoc/qmsum)", "(default: 32768)"]),
+        (sts_parser, ["GLUE's STS-B TSV, dev.tsv, the labelled split (default: its validation split from the Hub,"]),
+        (
+            qmsum_parser,
+            ["--data DATA QMSum's meetings: the folder of its train/ and val/ folders (data/ALL).", "(default: 32768)"],
+        ),
     ],
 )
 def test_help_shows_every_default(parser, shown):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -223,9 +224,13 @@ def test_converting_a_plain_checkpoint_is_quiet(plain_dir, caplog, capfd):
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert warnings == []
     tisa_lines = [record.getMessage() for record in caplog.records if record.name.startswith("tisa_hf")]
-    # one line for the fit; a fit still running after 10 s (a loaded machine) adds progress lines before it
-    assert tisa_lines[-1].startswith("TISA kernels fitted to the positional profiles: mean fit R²")
-    assert all(line.startswith("kernel fit (S = 2, 12 profiles): ") for line in tisa_lines[:-1])
+    # a line when the fit starts and one when it ends; a fit still running after 10 s (a loaded machine) adds
+    # progress lines between them
+    assert tisa_lines[0] == "TISA kernels: fitting S = 2 to the model's positional profiles"
+    assert re.fullmatch(
+        r"TISA kernels fitted to the positional profiles in \d+\.\d s: mean fit R² \d\.\d{3}", tisa_lines[-1]
+    )
+    assert all(line.startswith("kernel fit (S = 2, 12 profiles): ") for line in tisa_lines[1:-1])
     captured = capfd.readouterr()
     assert "MISSING" not in captured.err + captured.out + caplog.text
 

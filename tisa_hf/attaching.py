@@ -8,6 +8,7 @@ model already in memory into its TISA class is `patching.patch`, on these steps.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 import torch
@@ -54,7 +55,7 @@ class OffsetTablesPerForward:
         if torch.compiler.is_compiling():
             return
         kernels = tisa_bias_module(base)
-        checkpointing = base.training and torch.is_grad_enabled() and base.is_activation_checkpointing
+        checkpointing = base.training and torch.is_grad_enabled() and activation_checkpointing(base)
         if kernels is not None and not checkpointing:
             kernels.begin_forward()
 
@@ -64,6 +65,13 @@ class OffsetTablesPerForward:
         kernels = tisa_bias_module(base)
         if kernels is not None:
             kernels.end_forward()
+
+
+def activation_checkpointing(model: nn.Module) -> bool:
+    """Whether any layer of `model` recomputes its activations, read from the flag every transformers 5.x sets on
+    its layers (the property that reads it changed name in 5.23: `is_gradient_checkpointing`, then
+    `is_activation_checkpointing`)."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
 def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
@@ -101,6 +109,9 @@ def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
     if config.num_kernels == 0:
         return
     if config.init == "fit":
+        # Seconds to a minute on a CPU (README), with nothing else printed meanwhile: said when it starts.
+        logger.info("TISA kernels: fitting S = %d to the model's positional profiles", config.num_kernels)
+        started = time.perf_counter()
         profiles = extract_positional_profiles(base, length=config.profile_length)
         profile = profiles.toeplitz.profile
         if config.share_across_layers:
@@ -110,7 +121,11 @@ def initialize_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
             for name in ("amplitude", "sharpness", "center"):
                 getattr(bias, name).copy_(getattr(fit, name))
         check_finite_kernels(base, "fitted to the model's positional profiles (are its weights finite?)")
-        logger.info("TISA kernels fitted to the positional profiles: mean fit R² %.3f", fit.r2.mean().item())
+        logger.info(
+            "TISA kernels fitted to the positional profiles in %.1f s: mean fit R² %.3f",
+            time.perf_counter() - started,
+            fit.r2.mean().item(),
+        )
         return
     window = config.fit_window or position_table_length(base, adapter)
     if config.init == "zeros":

@@ -21,7 +21,7 @@ import functools
 import logging
 
 import transformers.models.auto.modeling_auto as auto_models
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.utils.generic import is_flash_attention_requested
 
@@ -61,11 +61,10 @@ class TisaModelMixin:
         if bias is not None and not bias.amplitude.is_meta:  # built to be trained, not to be loaded
             initialize_tisa(base, adapter)
 
-    def _check_and_adjust_attn_implementation(
-        self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
-    ) -> str:
+    def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         """transformers' check of the requested backend (TISA's name for it, `tisa_sdpa`, read as `sdpa`), refusing
-        the backends that cannot add a bias to the logits."""
+        the backends that cannot add a bias to the logits; its other arguments pass through as they came (their
+        list grew within 5.x)."""
         requested = plain_implementation(attn_implementation)
         if requested is not None and is_flash_attention_requested(requested_attention_implementation=requested):
             raise ValueError(
@@ -78,7 +77,7 @@ class TisaModelMixin:
                 "causal block mask for flex attention does not mask this model causally. Load it with "
                 "attn_implementation='sdpa'."
             )
-        return super()._check_and_adjust_attn_implementation(requested, is_init_check, allow_all_kernels)
+        return super()._check_and_adjust_attn_implementation(requested, *args, **kwargs)
 
     def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
         """Takes the kernel keys out of the missing ones (no load-report table for them): `from_pretrained`
@@ -174,7 +173,9 @@ def _build_tisa_model_class(model_class: type[PreTrainedModel]) -> type[PreTrain
         "__module__": __name__,
         "__qualname__": name,
     }
-    return publish_class(globals(), type(name, (TisaModelMixin, model_class), namespace))
+    # A class that generates names GenerationMixin among its own bases, as transformers 5 asks of generative classes.
+    generation = (GenerationMixin,) if issubclass(model_class, GenerationMixin) else ()
+    return publish_class(globals(), type(name, (TisaModelMixin, model_class, *generation), namespace))
 
 
 def __getattr__(name: str) -> type[PreTrainedModel]:

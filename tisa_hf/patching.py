@@ -7,7 +7,11 @@ becomes the TISA class (`modeling`), its config a TISA config of its own, and it
 from __future__ import annotations
 
 from transformers import PreTrainedModel
-from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+
+try:
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+except ImportError:  # transformers 5.0 and 5.1 keep it in utils.generic
+    from transformers.utils.generic import _CAN_RECORD_REGISTRY
 
 from .adapters import find_base_model
 from .attaching import attach_tisa, initialize_tisa, tisa_config_of
@@ -32,7 +36,9 @@ def patch(model: PreTrainedModel, tisa: TisaConfig | dict | bool = True) -> PreT
         if getattr(module, "config", None) is old_config:
             module.config = new_config
     model.__class__ = tisa_model_class(type(model))
-    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs  # what __init__ registers for output capture, per class
+    # What __init__ registers for output capture, under the class's name as every 5.x keys it (5.24's registry
+    # takes the model and names its class itself; a plain dict before).
+    dict.__setitem__(_CAN_RECORD_REGISTRY, str(model.__class__), model._can_record_outputs)
     new_config._attn_implementation_internal = model._check_and_adjust_attn_implementation(
         old_config._attn_implementation
     )

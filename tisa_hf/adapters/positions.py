@@ -107,13 +107,25 @@ class PositionIdsForReplaceMode:
 
 
 class SequenceLengthCheck:
-    """Embeddings pre-hook in `add` mode: a clear error for inputs longer than the position table."""
+    """Embeddings pre-hook in `add` mode: a clear error for inputs longer than the position table, or, where the call
+    gives position ids, for ids outside it (`max_length` positions for real tokens, `table_rows` rows in all)."""
 
-    def __init__(self, max_length: int):
+    def __init__(self, max_length: int, table_rows: int):
         self.max_length = max_length
+        self.table_rows = table_rows
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         call = EmbeddingsCall(module, args, kwargs)
+        position_ids = call.get("position_ids")
+        if position_ids is not None:
+            # Given ids pick the rows themselves (a row of packed sequences restarts them): the largest must exist.
+            if int(position_ids.max()) >= self.table_rows:
+                raise ValueError(
+                    f"The position ids reach {int(position_ids.max())} but the position table has rows 0 to "
+                    f"{self.table_rows - 1}, and TISA mode='add' keeps the position embeddings. Keep the ids inside "
+                    "the table, or use TisaConfig(mode='replace'), which accepts any position."
+                )
+            return
         length = call.length() + (call.get("cache_length") or call.get("past_key_values_length") or 0)
         if length > self.max_length:
             raise ValueError(
@@ -137,7 +149,7 @@ class PositionTable(PositionScheme):
             table.row_offset = row_offset
             embeddings.register_forward_pre_hook(PositionIdsForReplaceMode(), with_kwargs=True)
         else:
-            check = SequenceLengthCheck(table.num_embeddings - row_offset)
+            check = SequenceLengthCheck(table.num_embeddings - row_offset, table.num_embeddings)
             embeddings.register_forward_pre_hook(check, with_kwargs=True)
 
     def trained_length(self, base: PreTrainedModel, adapter: EncoderAdapter) -> int:

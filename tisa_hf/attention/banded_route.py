@@ -22,7 +22,7 @@ class BandedRoute(SdpaRoute):
             return "a call described without its layer, whose band it reads"
         if call.in_decoder:
             return "a decoder's self-attention is causal"
-        return call.long_inference_refusal() or banded_path_refusal(call)
+        return call.packed_refusal() or call.long_inference_refusal() or banded_path_refusal(call)
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         table = call.kernels.offset_table(call.layer, call.length, call.bias_dtype)

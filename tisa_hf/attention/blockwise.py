@@ -27,7 +27,7 @@ class BlockwiseRoute(SdpaRoute):
             return NO_KERNELS
         if not call.is_square:
             return "fewer queries than keys (a step on a KV cache)"
-        return call.long_inference_refusal()
+        return call.packed_refusal() or call.long_inference_refusal()
 
     def run(self, call: SdpaCall) -> tuple[torch.Tensor, None]:
         bias = ToeplitzBias(call.kernels.offset_table(call.layer, call.length, call.bias_dtype), call.length)

@@ -9,6 +9,7 @@ import torch
 from transformers.integrations.flex_attention import compile_friendly_flex_attention
 
 from ..kernels import TisaPositionBias
+from .logits import packed_positions
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -58,8 +59,18 @@ def offset_table_flex_attention(
 FLEX_CUDA_MIN_HEAD_DIM = 16
 
 
-def flex_refusal(kernels: TisaPositionBias | None, query: torch.Tensor, dropout: float) -> str | None:
+def flex_refusal(
+    kernels: TisaPositionBias | None,
+    query: torch.Tensor,
+    dropout: float,
+    position_ids: torch.Tensor | None = None,
+) -> str | None:
     """Why `tisa_flex_attention` cannot run a call, or None where it can."""
+    if kernels is not None and packed_positions(position_ids) is not None:
+        return (
+            "tisa_flex_attention reads TISA's bias at the offsets of token places, and these position ids restart "
+            "within a row (packed sequences): use attn_implementation='sdpa' or 'eager' for packed rows."
+        )
     trains_kernels = kernels is not None and kernels.needs_grad()
     return flex_refusal_for(query.device.type, query.shape[-1], dropout, trains_kernels)
 

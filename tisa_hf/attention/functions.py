@@ -47,7 +47,8 @@ def tisa_eager_attention_forward(
     key, value = logits.key_value_per_head(module, key, value)
     if kernels is not None:
         causal = logits.masks_causally_itself(module, kwargs.get("is_causal"), attention_mask, query)
-        attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal)
+        positions = logits.packed_positions(kwargs.get("position_ids"))
+        attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal, positions)
     return logits.math_attention(query, key, value, attention_mask, scaling, dropout, module.training)
 
 
@@ -68,7 +69,10 @@ def tisa_sdpa_attention_forward(
     query = length_scaled_query(module, query, attention_mask)
     if kernels is not None:  # transformers' sdpa, the route without kernels, takes grouped heads as they are
         key, value = logits.key_value_per_head(module, key, value)
-    call = SdpaCall(query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs)
+    positions = logits.packed_positions(kwargs.get("position_ids")) if kernels is not None else None
+    call = SdpaCall(
+        query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs, positions
+    )
     return policy.choose(call).run(call)
 
 
@@ -83,7 +87,7 @@ def tisa_flex_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' flex attention, with the layer's TISA bias read from its offset table by the score function."""
     kernels, layer = site_kernels(module, kwargs)
-    refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0))
+    refusal = flex_refusal(kernels, query, kwargs.get("dropout", 0.0), kwargs.get("position_ids"))
     if refusal is not None:
         raise UsageError(refusal)
     train_length = length_scale_from(module)

@@ -41,7 +41,7 @@ class FusedRoute(SdpaRoute):
             return f"heads of {query.shape[-1]} exceed the Triton kernels' {limits.MAX_HEAD_DIM}"
         if call.length > limits.MAX_LENGTH:
             return f"{call.length} tokens exceed the dropout counter's {limits.MAX_LENGTH}"
-        unsupported = call.unsupported_arguments_refusal()
+        unsupported = call.packed_refusal() or call.unsupported_arguments_refusal()
         if unsupported is not None:
             return unsupported
         if not is_boolean_mask(call.mask, query):

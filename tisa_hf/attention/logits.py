@@ -1,6 +1,6 @@
-"""What TISA's bias adds to the attention logits: their dtype, the bias rows of a call's queries, the causal mask a
-call without one needs, the bias merged with the padding mask, and attention computed from the logits in plain
-operators."""
+"""What TISA's bias adds to the attention logits: their dtype, the bias rows of a call's queries (or, for a row of
+packed sequences, the bias at its position ids' offsets), the causal mask a call without one needs, the bias merged
+with the padding mask, and attention computed from the logits in plain operators."""
 
 from __future__ import annotations
 
@@ -27,6 +27,24 @@ def key_value_per_head(module: nn.Module, key: torch.Tensor, value: torch.Tensor
     `num_key_value_groups`) has each serve several query heads, as transformers' own functions repeat them."""
     groups = getattr(module, "num_key_value_groups", 1)
     return repeat_kv(key, groups), repeat_kv(value, groups)
+
+
+def packed_positions(position_ids: torch.Tensor | None) -> torch.Tensor | None:
+    """The position ids of a call whose offsets are not those of its places, (B or 1, n): a row of packed sequences,
+    each restarting its ids. None where the call has none, or where each row's ids count up by one: their offsets are
+    the places', so the call keeps the bias (and the routes) of a call without ids."""
+    if position_ids is None or bool((position_ids.diff(dim=-1) == 1).all()):
+        return None
+    return position_ids
+
+
+def packed_bias(kernels: TisaPositionBias, layer: int, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The (B, heads, n, n) bias f(pos_j - pos_i) of rows with position ids `positions` (B, n): a gather from the
+    layer's offset table, so each packed sequence gets the values its own padded row would, bit for bit."""
+    span = int(positions.max() - positions.min()) + 1
+    table = kernels.offset_table(layer, span, dtype)
+    offsets = positions[:, None, :] - positions[:, :, None] + (span - 1)
+    return table[:, offsets].transpose(0, 1)
 
 
 def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
@@ -65,11 +83,21 @@ def biased_mask(
     key: torch.Tensor,
     mask: torch.Tensor | None,
     causal: bool,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The additive mask of a call: the layer's bias rows of its queries, the last q of the k key positions (a step on
-    a KV cache attends to the cached keys too), causally masked where `causal`, merged with the padding mask."""
+    a KV cache attends to the cached keys too), or the bias at the offsets of a packed row's `positions`
+    (`packed_positions`); causally masked where `causal`, merged with the padding mask."""
     queries, keys = query.shape[2], key.shape[2]
-    bias = kernels.rows(layer, queries, keys, bias_dtype(query))
+    if positions is not None:
+        if queries != keys:
+            raise ValueError(
+                "TISA reads the offsets of a step on a KV cache from the keys' places, and this step's position ids "
+                "restart within a row (packed sequences): run packed rows without a cache (use_cache=False)."
+            )
+        bias = packed_bias(kernels, layer, positions, bias_dtype(query))
+    else:
+        bias = kernels.rows(layer, queries, keys, bias_dtype(query))
     if causal:
         bias = causally_masked(bias, keys - queries)
     return merge_bias(mask, bias)

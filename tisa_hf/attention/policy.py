@@ -43,6 +43,7 @@ class SdpaPolicy:
     routes: tuple[SdpaRoute, ...]
 
     def choose(self, call: SdpaCall) -> SdpaRoute:
+        """The first route that applies."""
         for route in self.routes:
             if route.applies(call):
                 return route

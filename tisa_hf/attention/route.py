@@ -33,7 +33,8 @@ _SDPA_BACKENDS = {
 class SdpaCall:
     """One call: the inputs transformers hands over (the query already length-scaled), the layer's kernels (None:
     S = 0 or switched off) and its layer (None: a call described without one, whose banded route is not
-    considered); `module`, `is_causal` and `kwargs` go on to transformers' own sdpa function."""
+    considered); `module`, `is_causal` and `kwargs` go on to transformers' own sdpa function. `positions`: the
+    position ids of a row of packed sequences (`logits.packed_positions`), None for every other call."""
 
     query: torch.Tensor
     key: torch.Tensor
@@ -46,6 +47,7 @@ class SdpaCall:
     module: nn.Module | None = None
     is_causal: bool | None = None
     kwargs: dict = field(default_factory=dict)
+    positions: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -72,7 +74,16 @@ class SdpaCall:
     def biased_mask(self) -> torch.Tensor:
         """The call's additive mask with its layer's bias (`logits.biased_mask`)."""
         causal = self.masks_causally_itself()
-        return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal)
+        return logits.biased_mask(self.kernels, self.layer, self.query, self.key, self.mask, causal, self.positions)
+
+    def packed_refusal(self) -> str | None:
+        """Why a route that reads the bias from the offset table by token places cannot take a row of packed
+        sequences, whose bias is gathered per row at its position ids' offsets (`biased_mask`), or None."""
+        return (
+            "a row of packed sequences takes its bias per row, at its position ids' offsets"
+            if self.positions is not None
+            else None
+        )
 
     def unsupported_arguments_refusal(self) -> str | None:
         """Why a route that calls an attention kernel directly cannot take the call's arguments, or None."""

@@ -50,7 +50,7 @@ def check_demo(args: argparse.Namespace) -> tuple[ModelSource, TisaConfig]:
     from ..common.result_files import claim_finished_folder
     from ..common.saved_files import check_output_folder
 
-    source = model_source(args.model)
+    source = model_source(args.model, needs_tokenizer=True)
     with usage_errors():
         tisa = TisaConfig(num_kernels=args.kernels, mode=args.mode)
     check_output_folder(args.out, "--out")

@@ -36,9 +36,10 @@ class CheckpointFacts:
     local_files_only: bool = False  # the Hub is out of reach, but its cache holds the model
 
     @classmethod
-    def read(cls, name: str, option: str = "--model") -> CheckpointFacts:
-        """The facts of `name` (given as `option`, for the messages), which `model_source` checks first."""
-        source = model_source(name, option)
+    def read(cls, name: str, option: str = "--model", needs_tokenizer: bool = False) -> CheckpointFacts:
+        """The facts of `name` (given as `option`, for the messages), which `model_source` checks first (with its
+        tokenizer when `needs_tokenizer`)."""
+        source = model_source(name, option, needs_tokenizer=needs_tokenizer)
         path = source.path
         try:
             config = AutoConfig.from_pretrained(path, local_files_only=source.local_files_only)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import huggingface_hub
 from huggingface_hub import constants, errors
@@ -20,7 +21,7 @@ from safetensors import SafetensorError
 
 from ..errors import UsageError
 from ..packaged import MINILM_ALIAS, resolve_model
-from .saved_files import CONFIG_FILE, check_model_folder
+from .saved_files import CONFIG_FILE, TOKENIZER_FILES, check_model_folder, has_tokenizer
 
 PROBE_TIMEOUT_S = 3.0
 # What failed loads raise: OSError (transformers' "couldn't connect", a missing file, huggingface_hub's
@@ -78,13 +79,17 @@ def model_remedy(option: str = "--model") -> str:
     return f"use {packaged} (the packaged all-MiniLM-L6-v2) or a local model folder"
 
 
-def model_source(name: str, option: str = "--model", needs_config: bool = True) -> ModelSource:
+def model_source(
+    name: str, option: str = "--model", needs_config: bool = True, needs_tokenizer: bool = False
+) -> ModelSource:
     """Checks that `name` (`minilm`, a local folder or a Hub id) can be loaded, without loading it.
 
     A Hub id is fine when the Hub answers, or when the local cache holds it (then it is read from the cache only,
     skipping transformers' retries); a local folder must hold a config.json unless `needs_config` is False (a
-    tokenizer's folder), and its config.json and weights are checked (`check_model_folder`). Anything else is a
-    UsageError naming the problem and the way out.
+    tokenizer's folder), a tokenizer when `needs_tokenizer` (the command reads text with the model's own: a model
+    saved alone by `save_pretrained` has none, and transformers then fails only after loading, in a traceback),
+    and its config.json and weights are checked (`check_model_folder`). Anything else is a UsageError naming the
+    problem and the way out.
     """
     try:
         path = resolve_model(name)
@@ -96,6 +101,12 @@ def model_source(name: str, option: str = "--model", needs_config: bool = True) 
             raise UsageError(
                 f"{option} {name} is a folder without {CONFIG_FILE}, so not a saved model (save_pretrained writes "
                 f"one); {remedy}."
+            )
+        if needs_tokenizer and not has_tokenizer(path):
+            raise UsageError(
+                f"{option} {name} is a model folder without a tokenizer (none of {', '.join(TOKENIZER_FILES)}), as "
+                f"save_pretrained writes a model alone; save the tokenizer it was trained with into it "
+                f"(tokenizer.save_pretrained({name!r})), or {remedy}."
             )
         check_model_folder(path)
         return ModelSource(path)
@@ -123,6 +134,32 @@ def check_hub_dataset(name: str, remedy: str) -> None:
             f"The dataset {name} comes from the Hugging Face Hub, which is unreachable; {remedy} (or set "
             "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache)."
         )
+
+
+# Where the WikiText-style text of the commands comes from when no file is given: WikiText-2 (raw) on the Hub.
+WIKITEXT_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
+WIKITEXT_HELP = f"default: WikiText-2's %s split from the Hub, {WIKITEXT_HUB[0]} {WIKITEXT_HUB[1]}"
+
+
+def wikitext_file(split: str, option: str) -> Path:
+    """WikiText-2's `split` from the Hub as the text file that `option` otherwise names (one line a row, blank
+    lines kept, ` = Title = ` lines starting articles), written once into the datasets cache; one line, before any
+    model loads, when the Hub or the cache cannot give it."""
+    import datasets  # here: the commands that read WikiText bring it
+
+    name, config = WIKITEXT_HUB
+    path = Path(datasets.config.HF_DATASETS_CACHE) / "tisa_hf" / f"{config}-{split}.txt"
+    if path.is_file():
+        return path
+    remedy = f"pass {option} with a local copy of WikiText-2 (docs/long-documents.md#the-data says how to get one)"
+    check_hub_dataset(name, remedy)
+    with loading_errors(f"{name} ({config}, {split})", remedy):
+        rows = datasets.load_dataset(name, config, split=split)["text"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text("".join(row or "\n" for row in rows), encoding="utf-8")
+    partial.replace(path)
+    return path
 
 
 @contextmanager

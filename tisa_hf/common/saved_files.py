@@ -21,6 +21,16 @@ from safetensors import SafetensorError, safe_open
 from ..errors import UsageError
 
 CONFIG_FILE = "config.json"
+# Any of these makes a folder a tokenizer's: what `save_pretrained` writes (its config, the fast tokenizer's file),
+# or a vocabulary alone, as older checkpoints ship it.
+TOKENIZER_FILES = (
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
 # An Accelerate checkpoint's files (`save_state` with safe_serialization): the models' weights, and the
 # optimizers' and schedulers' states as torch archives. Its random-number states are checked, and may be
 # skipped on request, by `finetune.trainer.check_rng_state`.
@@ -105,6 +115,12 @@ def check_model_folder(folder: str | Path) -> None:
                 f"{weights} is damaged or incomplete ({reason}); re-download the model, or re-save it with "
                 "save_pretrained."
             )
+
+
+def has_tokenizer(folder: str | Path) -> bool:
+    """Whether a local model folder holds a tokenizer (a sentence-transformers folder holds its transformers
+    checkpoint, tokenizer included, at its root)."""
+    return any((Path(folder) / name).is_file() for name in TOKENIZER_FILES)
 
 
 def check_checkpoint(folder: str | Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from ..common.hub_access import wikitext_file
 from ..embeddings.options import CONTEXT_PASSAGES, context_passages_parser
 from ..embeddings.retrieval.corpus_task import CellsOf, Corpus, CorpusKind, CorpusRetrieval, JudgedCell, TaskCells
 from ..embeddings.retrieval.passages import ACROSS, WITHIN, check_systems, print_cells, spread
@@ -59,6 +60,7 @@ def context_cells(task: ContextPassages, window: int, query_words: int, seed: in
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measures every pending system (checked, and the task built, before any model loads); returns the record."""
     check_systems(args.systems, args.window_tokens, CONTEXT_PASSAGES)
+    args.data = args.data or str(wikitext_file("test", "--data"))
     articles = read_titled_articles(args.data, args.articles)
     tokenizer = load_tokenizer(SystemSpec.parse(args.tokenizer))
     task = build_context_passages(articles, tokenizer, args.window_tokens, args.max_tokens, args.query_words, args.seed)

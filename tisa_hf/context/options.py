@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..common.hub_access import WIKITEXT_HELP
 from ..common.options import add_overwrite_argument, positive_float, positive_int
 from ..embeddings.options import add_query_arguments, new_parser
 
-DEFAULT_TRAIN_TEXT = "../shared/text/wikitext-2/valid.txt"
 NEGATIVES = ("in-batch", "in-sequence")
 QUERIES = ("titled", "plain")
 
@@ -31,7 +31,8 @@ def context_train_parser() -> argparse.ArgumentParser:
         "--output-dir", required=True, help="Folder for the trained model, context_train.json, checkpoints."
     )
     parser.add_argument(
-        "--train-text", default=DEFAULT_TRAIN_TEXT, help="WikiText-style text to train on (never the evaluation text)."
+        "--train-text",
+        help=f"WikiText-style text to train on, never the evaluation text ({WIKITEXT_HELP % 'validation'}).",
     )
     parser.add_argument(
         "--articles", type=positive_int, help="Only the first N articles (a smoke run; default: every article)."

@@ -35,11 +35,11 @@ from transformers import AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..common.checkpoints import CheckpointFacts, reads_any_length
+from ..common.hub_access import model_source, wikitext_file
 from ..common.machine import machine, versions
 from ..common.result_files import write_record
 from ..common.sentence_models import check_mean_pooling, is_sentence_transformer, save_sentence_transformer
 from ..errors import UsageError
-from ..packaged import resolve_model
 from .articles import read_titled_articles
 from .loss import LOSS_NAME, InSequenceLoss
 from .options import context_train_parser
@@ -63,7 +63,7 @@ def check_request(args: argparse.Namespace) -> Path:
         raise UsageError(f"--window-tokens {args.window_tokens}: a window needs 3 tokens at least.")
     if args.train_batch_size < 2 and args.negatives == "in-batch":
         raise UsageError("--negatives in-batch needs 2 or more documents a batch; give --train-batch-size 2 or more.")
-    folder = Path(resolve_model(args.model))
+    folder = Path(model_source(args.model, needs_tokenizer=True).path)
     if not is_sentence_transformer(folder):
         raise UsageError(f"--model {args.model} is not a sentence-transformers folder (no modules.json); give one.")
     check_mean_pooling(folder, "context-train pools each window as a mean of token states, as the queries are pooled")
@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.output_dir)
     if args.overwrite:
         shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+    args.train_text = args.train_text or str(wikitext_file("validation", "--train-text"))
     articles = read_titled_articles(args.train_text, args.articles)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = build_training_rows(

@@ -128,11 +128,15 @@ def input_digest(path: str, text_field: str) -> str:
     return digest.hexdigest()
 
 
-def check_encode_files(args: argparse.Namespace) -> None:
-    """What `tisa-hf encode` checks before torch is imported: the engine options first (as the command does), then
-    --out, and --input read whole."""
+def check_encode_files(args: argparse.Namespace) -> list[str]:
+    """What `tisa-hf encode` checks before torch is imported: the engine options first, then --out, --input, read
+    whole, and the model (a folder with its tokenizer, or a Hub id the Hub or its cache can give: the one check
+    that may ask the Hub, so the last); returns the documents."""
+    from ..common.hub_access import model_source  # light, as the rest: no torch
     from .ray_cluster import check_engine  # light: it imports Ray only for --engine ray
 
     check_engine(args)
     check_out_folder(args.out)
-    read_documents(args.input, args.text_field)
+    documents = read_documents(args.input, args.text_field)
+    model_source(args.model, "model", needs_tokenizer=True)
+    return documents

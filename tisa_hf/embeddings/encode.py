@@ -31,13 +31,12 @@ import torch
 from ..attaching import model_table_length, tisa_config_of
 from ..common.checkpoints import reads_any_length
 from ..common.machine import machine, versions
-from ..common.result_files import check_out_folder, check_writable, resumable_record, save_array, write_record
+from ..common.result_files import check_writable, resumable_record, save_array, write_record
 from ..common.sentence_models import check_reading_limit, require_sentence_transformers
 from ..errors import note_kept
 from ..packaged import resolve_model
-from .corpus_files import input_digest, read_documents
+from .corpus_files import check_encode_files, input_digest
 from .options import encode_parser
-from .ray_cluster import check_engine
 
 logger = logging.getLogger(__name__)
 
@@ -183,10 +182,8 @@ def run_devices(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    check_out_folder(args.out)
-    check_engine(args)
+    documents = check_encode_files(args)
     out = Path(args.out)
-    documents = read_documents(args.input, args.text_field)
     settings = {
         "model": args.model,
         "input": str(args.input),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..common.hub_access import WIKITEXT_HELP
 from ..common.options import (
     add_batch_tokens_argument,
     add_device_argument,
@@ -28,11 +29,9 @@ from ..common.spellings import (
     Readout,
     model_spellings,
 )
+from ..finetune.task_tables import GLUE_HUB_DATASET
 from .lexical import TEXT_SYSTEMS_HELP
 
-DEFAULT_TEXT = "../shared/text/wikitext-2/test.txt"
-DEFAULT_STS_DATA = "../shared/glue/STS-B/dev.tsv"
-DEFAULT_QMSUM_DATA = "../shared/longdoc/qmsum"
 DEFAULT_QMSUM_CAP = 32768
 DEFAULT_PASSAGES_CAP = 40960  # above the longest meeting (36,718 tokens of MiniLM's): every window is read
 DEFAULT_WINDOW_TOKENS = 256
@@ -118,7 +117,9 @@ def longembed_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--documents", type=positive_int, default=100, help="Candidate documents per length (<= 100).")
     parser.add_argument("--queries", type=positive_int, default=50, help="Queries per length (<= --documents).")
-    parser.add_argument("--text", default=DEFAULT_TEXT, help="Plain text the needle task's documents are cut from.")
+    parser.add_argument(
+        "--text", help=f"Plain text the needle task's documents are cut from ({WIKITEXT_HELP % 'test'})."
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seed of the documents (needles, keys, positions).")
     add_batch_tokens_argument(parser)
     add_device_argument(parser)
@@ -135,7 +136,11 @@ def sts_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("systems", nargs="+", help=systems_help(STS))
     add_out_argument(parser, "Folder for sts.json.")
-    parser.add_argument("--data", default=DEFAULT_STS_DATA, help="GLUE's STS-B TSV (dev.tsv: the labelled split).")
+    parser.add_argument(
+        "--data",
+        help=f"GLUE's STS-B TSV, dev.tsv, the labelled split (default: its validation split from the Hub, "
+        f"{GLUE_HUB_DATASET} stsb).",
+    )
     add_batch_tokens_argument(parser)
     add_device_argument(parser)
     add_paired_arguments(parser, "system's Spearman minus REF's", "the pairs")
@@ -158,7 +163,9 @@ def qmsum_parser() -> argparse.ArgumentParser:
 
 def add_qmsum_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the QMSum commands' data (`qmsum`, `qmsum-passages`)."""
-    parser.add_argument("--data", default=DEFAULT_QMSUM_DATA, help="QMSum's meetings: its train/ and val/ folders.")
+    parser.add_argument(
+        "--data", required=True, help="QMSum's meetings: the folder of its train/ and val/ folders (data/ALL)."
+    )
     parser.add_argument(
         "--meetings",
         type=positive_int,
@@ -211,7 +218,8 @@ def context_passages_parser() -> argparse.ArgumentParser:
     parser.add_argument("systems", nargs="+", help=systems_help(CONTEXT_PASSAGES))
     add_out_argument(parser, "Folder for context-passages.json, .md and .png.")
     parser.add_argument(
-        "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
+        "--data",
+        help=f"WikiText-style text (` = Title = ` lines start articles); held out ({WIKITEXT_HELP % 'test'}).",
     )
     parser.add_argument(
         "--articles", type=positive_int, help="Only the first N articles (a smoke run; default: every article)."
@@ -243,7 +251,8 @@ def spans_parser() -> argparse.ArgumentParser:
     parser.add_argument("systems", nargs="+", help=systems_help(SPANS))
     add_out_argument(parser, "Folder for spans.json, spans.md and spans.png.")
     parser.add_argument(
-        "--data", default=DEFAULT_TEXT, help="WikiText-style text (` = Title = ` lines start articles); held out."
+        "--data",
+        help=f"WikiText-style text (` = Title = ` lines start articles); held out ({WIKITEXT_HELP % 'test'}).",
     )
     parser.add_argument("--spans-per-article", type=positive_int, default=3, help="Passages cut from each article.")
     parser.add_argument("--span-words", type=positive_int, default=48, help="Words in a passage.")

@@ -30,16 +30,20 @@ from ..common.machine import checked_device, machine, versions
 from ..common.paired import paired_interval
 from ..common.result_files import check_out_folder, resumable_record, write_record
 from ..errors import UsageError
-from ..finetune.glue.data import read_glue_tsv
-from ..finetune.task_tables import get_task
+from ..finetune.glue.data import load_glue, read_glue_tsv
+from ..finetune.task_tables import GLUE_HUB_DATASET, get_task
 from .options import STS, sts_parser
 from .systems import Embedder, SystemSpec, check_readouts, check_system_names, shared_tokenizer
 
 RESULTS_FILE = "sts.json"
 
 
-def read_pairs(path: str | Path) -> tuple[list[str], list[str], list[float]]:
-    """The sentence pairs and gold scores of an STS-B TSV (GLUE's layout; its checks name the file and line)."""
+def read_pairs(path: str | Path | None) -> tuple[list[str], list[str], list[float]]:
+    """The sentence pairs and gold scores of an STS-B TSV (GLUE's layout; its checks name the file and line), or,
+    without one, of GLUE's STS-B validation split from the Hub (the same pairs as dev.tsv)."""
+    if path is None:
+        pairs = load_glue(get_task("stsb"), remedy="pass --data with GLUE's STS-B dev.tsv")["validation"]
+        return list(pairs["sentence1"]), list(pairs["sentence2"]), [float(score) for score in pairs["label"]]
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"--data {path}: no such file; pass --data with GLUE's STS-B dev.tsv (the labelled split).")
@@ -93,8 +97,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
     device = checked_device(args.device)
     settings = {
-        "data": str(args.data),
-        "data_sha256": hashlib.sha256(Path(args.data).read_bytes()).hexdigest(),
+        "data": str(args.data or f"{GLUE_HUB_DATASET} stsb validation"),
+        "data_sha256": hashlib.sha256(
+            Path(args.data).read_bytes() if args.data else json.dumps([first_texts, second_texts, gold]).encode()
+        ).hexdigest(),
         "pairs": len(gold),
         "longest_tokens": longest,
         "tokens_sha256": hashlib.sha256(json.dumps([first, second]).encode()).hexdigest(),

@@ -48,7 +48,7 @@ class SystemSpec:
     def parse(cls, spec: str) -> SystemSpec:
         spelling = parse_spelling(spec)
         try:
-            facts = CheckpointFacts.read(spelling.model)
+            facts = CheckpointFacts.read(spelling.model, "model", needs_tokenizer=True)
         except ValueError as error:
             raise UsageError(f"{spec}: {error}") from error
         if (spelling.tisa is not None or spelling.reading.stretches) and facts.tisa is not None:

@@ -7,7 +7,8 @@ every configuration; after each seed, a whole cross-validation). Finished runs (
 metrics.json exists) are skipped and runs with a complete checkpoint are resumed, so a sweep that was killed
 continues where it stopped when started again. A finished run whose recorded settings differ from what the sweep
 now asks of it (an edited task config or variant) stops the sweep before anything runs: it would otherwise be
-reported as a run of the new settings. Sweep file keys:
+reported as a run of the new settings, and so does data a task's runs cannot read (a data_dir without the task's
+files, or the Hub out of reach where no data_dir is set), once, rather than once a run. Sweep file keys:
 
     model: albert-base-v2            # any --model value
     output_dir: runs/table3a         # runs go to OUTPUT_DIR/TASK/VARIANT/seed-SEED
@@ -177,7 +178,7 @@ def plan(
         if not task_config.is_file():
             raise UsageError(f"Sweep file {sweep_path}: no task config {task_config} (set config_dir).")
     fold_list = [None] if sweep.get("folds") is None else [f for f in sweep["folds"] if folds is None or f in folds]
-    runs, conflicts = [], []
+    runs, conflicts, data_flags = [], [], {}
     for seed in (seed for seed in sweep["seeds"] if seeds is None or seed in seeds):
         for fold in fold_list:
             for task, task_config in task_configs.items():
@@ -189,6 +190,8 @@ def plan(
                     flags += run_flags(sweep, variant_settings, task)
                     flags += [] if fold is None else ["--fold", str(fold)]
                     flags += ["--seed", str(seed), "--output_dir", str(output_dir)]
+                    if status != "done":
+                        data_flags.setdefault(task, flags)
                     changes = finished_changes(output_dir, flags, argument_types) if status == "done" else []
                     if changes:
                         conflicts.append(f"{output_dir} ({'; '.join(changes)})")
@@ -199,7 +202,32 @@ def plan(
             f"Sweep file {sweep_path}: finished run(s) were made with other settings than the sweep now gives them: "
             f"{', '.join(conflicts)}. Delete those runs to redo them, or give the sweep another output_dir."
         )
+    for flags in data_flags.values():
+        check_data(sweep_path, parse_arguments(argument_types, flags, prog="tisa-hf sweep"))
     return runs
+
+
+def check_data(sweep_path: str | Path, settings: tuple[Any, ...]) -> None:
+    """The data a task's runs read is there, checked once before the first run: each run would otherwise fail on
+    it in turn. Local files (`data_dir`) must hold the task's files; without them GLUE comes from the Hub, which
+    must answer (or, offline, its copy in the datasets cache is read)."""
+    from ..common.hub_access import check_hub_dataset
+    from ..finetune.glue.data import task_folder  # here: it imports datasets
+    from ..finetune.task_tables import get_task
+
+    data = next(value for value in settings if hasattr(value, "data_dir"))
+    remedy = "set data_dir in the sweep file's settings to a local copy (docs/fine-tuning.md says how to get one)"
+    if data.data_dir is None:
+        if hasattr(data, "dataset_name"):
+            check_hub_dataset(data.dataset_name, remedy)
+        return
+    if not Path(data.data_dir).is_dir():
+        raise UsageError(f"Sweep file {sweep_path}: data_dir {data.data_dir} does not exist; {remedy}.")
+    if hasattr(data, "dataset_name"):  # GLUE: the task's own files
+        try:
+            task_folder(Path(data.data_dir), get_task(data.task))
+        except UsageError as error:
+            raise UsageError(f"Sweep file {sweep_path}: {error}") from error
 
 
 def finished_changes(output_dir: Path, flags: list[str], argument_types: tuple[type, ...]) -> list[str]:

@@ -32,7 +32,7 @@ class RunPlan:
 
 def model_sources(model_args: ModelArguments) -> tuple[ModelSource, ModelSource]:
     """Where the model and the tokenizer load from (`model_source`); raises UsageError."""
-    model = model_source(model_args.model)
+    model = model_source(model_args.model, needs_tokenizer=model_args.tokenizer is None)
     return model, model if model_args.tokenizer is None else model_source(
         model_args.tokenizer, "--tokenizer", needs_config=False
     )

@@ -43,6 +43,11 @@ WRITE_ONE = "write one with tisa-hf adapt --multi-vector or save_multi_vector_en
 def check_multi_vector_folder(path: str) -> Path:
     """`path` as a folder holding a sentence-transformers `MultiVectorEncoder`, checked from its files alone."""
     folder = Path(path)
+    if not folder.is_dir():
+        raise UsageError(
+            f"{path} {'is a file' if folder.exists() else 'does not exist'}; give a MultiVectorEncoder folder: "
+            f"{WRITE_ONE}."
+        )
     config = folder / MODEL_CONFIG_FILE
     model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type") if config.is_file() else None
     if model_type != "MultiVectorEncoder":

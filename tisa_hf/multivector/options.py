@@ -29,9 +29,9 @@ def dtype(text: str) -> str:
 def index_parser() -> argparse.ArgumentParser:
     parser = new_parser(
         "tisa-hf index",
-        "Turn a corpus into a token-vector index for tisa-hf search: one fp16 vector a token of each document, read "
-        "by a multi-vector model, in parts saved as they finish (an interrupted run resumes), on one device or "
-        "several processes.",
+        "Turn a corpus into a token-vector index for tisa-hf search: one vector a token of each document (stored "
+        "as --dtype says: float16, int8 or product-quantized), read by a multi-vector model, in parts saved as "
+        "they finish (an interrupted run resumes), on one device or several processes.",
     )
     parser.add_argument(
         "model", help="A MultiVectorEncoder folder (tisa-hf adapt --multi-vector, or save_multi_vector_encoder)."

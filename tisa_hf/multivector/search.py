@@ -167,4 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, indent=2))
     else:
         write_record(results, Path(args.out))
+        hits = sum(len(result["hits"]) for result in results["results"])
+        queries = len(results["results"])
+        print(
+            f"{hits} hits of {queries} quer{'y' if queries == 1 else 'ies'} (top {args.top_k}) written to {args.out}."
+        )
     return 0

@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from ...common.hub_access import wikitext_file
 from ...common.machine import checked_device, machine, versions
 from ...common.paired import kept_references, paired_per_query
 from ...common.result_files import (
@@ -91,6 +92,8 @@ def check_settings(args: argparse.Namespace) -> dict[str, Any] | None:
         raise UsageError(f"--queries {args.queries} is more than --documents {args.documents}; each asks for one.")
     check_system_names(args.systems, args.paired)
     check_out_folder(args.out)
+    if "needle" in args.tasks and args.text is None:
+        args.text = str(wikitext_file("test", "--text"))
     if args.work:
         check_out_folder(args.work, "--work")
         check_work_folder(Path(args.work), Path(args.out))

@@ -15,6 +15,7 @@ import sys
 
 from transformers import PreTrainedTokenizerBase
 
+from ...common.hub_access import wikitext_file
 from ..options import spans_parser
 from .corpus_task import CorpusKind, CorpusRetrieval, add_groups, print_summary
 from .query_groups import by_group
@@ -39,6 +40,7 @@ def passage_depths(task: SpanTask, tokenizer: PreTrainedTokenizerBase | None) ->
 
 def main(argv: list[str] | None = None) -> int:
     args: argparse.Namespace = spans_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args.data = args.data or str(wikitext_file("test", "--data"))
     task = read_span_task(args.data, args.spans_per_article, args.span_words, args.seed, args.articles)
     evaluation = CorpusRetrieval(SPANS, task, args)
     record = evaluation()

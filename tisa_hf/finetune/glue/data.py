@@ -110,7 +110,8 @@ def read_glue_tsv(path: Path, task: GlueTask) -> datasets.Dataset:
     return require_examples(datasets.Dataset.from_dict(columns), str(path))
 
 
-def _task_folder(data_dir: Path, task: GlueTask) -> Path:
+def task_folder(data_dir: Path, task: GlueTask) -> Path:
+    """The folder of `task`'s TSV files: the GLUE folder's task folder, or `data_dir` itself."""
     for folder in (data_dir / task.folder, data_dir):
         if (folder / "train.tsv").is_file():
             return folder
@@ -118,7 +119,7 @@ def _task_folder(data_dir: Path, task: GlueTask) -> Path:
 
 
 def load_glue_tsv(data_dir: str | Path, task: GlueTask) -> datasets.DatasetDict:
-    folder = _task_folder(Path(data_dir), task)
+    folder = task_folder(Path(data_dir), task)
     splits = {"train": read_glue_tsv(folder / "train.tsv", task)}
     for split, filename in task.dev_files:
         if not (folder / filename).is_file():
@@ -219,8 +220,10 @@ def load_glue(
     train_file: str | None = None,
     validation_file: str | None = None,
     dataset_name: str = GLUE_HUB_DATASET,
+    remedy: str = "pass --data-dir with the GLUE TSV files, or --train-file and --validation-file",
 ) -> datasets.DatasetDict:
-    """The task's train split and dev split(s), from whichever source is given (the Hub when none is)."""
+    """The task's train split and dev split(s), from whichever source is given (the Hub when none is; `remedy`
+    says what to give instead when it cannot answer)."""
     if data_dir and (train_file or validation_file):
         raise UsageError("Give either --data-dir (GLUE TSV files) or --train-file/--validation-file, not both.")
     if (data_dir or train_file or validation_file) and dataset_name != GLUE_HUB_DATASET:
@@ -231,7 +234,6 @@ def load_glue(
         if not (train_file and validation_file):
             raise UsageError("--train-file and --validation-file go together.")
         return load_data_files(train_file, validation_file, task)
-    remedy = "pass --data-dir with the GLUE TSV files, or --train-file and --validation-file"
     check_hub_dataset(dataset_name, remedy)
     with loading_errors(f"{dataset_name} ({task.name})", remedy):
         loaded = datasets.load_dataset(dataset_name, task.name)
