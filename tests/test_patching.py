@@ -180,7 +180,9 @@ def test_bad_config_is_rejected_at_from_pretrained(tmp_path):
 def test_unsupported_model_type_names_the_supported_ones():
     config = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10, tisa={"num_kernels": 1})
     with pytest.raises(
-        ValueError, match="model type 'gpt2'; supported: albert, bert, distilbert, electra, roberta, xlm-roberta"
+        ValueError,
+        match="model type 'gpt2'; supported: albert, bert, distilbert, electra, eurobert, gte, modernbert, nomic_bert, "
+        "roberta, xlm-roberta",
     ):
         AutoModel.from_config(config)
     with pytest.raises(ValueError, match="model type 'gpt2'"):
@@ -189,7 +191,7 @@ def test_unsupported_model_type_names_the_supported_ones():
 
 def test_the_docs_list_the_encoders_of_the_adapter_registry():
     using = (Path(__file__).resolve().parents[1] / "docs" / "using.md").read_text(encoding="utf-8")
-    listed = using.split("`tisa_hf.supported_model_types()`: ", 1)[1].split(". A new", 1)[0]
+    listed = " ".join(using.split("`tisa_hf.supported_model_types()`: ", 1)[1].split(". A new", 1)[0].split())
     assert listed == ", ".join(f"`{model_type}`" for model_type in tisa_hf.supported_model_types())
 
 

@@ -2,7 +2,8 @@
 
 Importing the package registers TISA's model types (`tisa_hf_bert`, ...) and attention functions (`tisa_sdpa`,
 ...) with transformers, so that `from_pretrained(..., tisa=TisaConfig(...))` converts a BERT, RoBERTa, ALBERT,
-ELECTRA, XLM-RoBERTa or DistilBERT checkpoint and TISA checkpoints load with their kernels.
+ELECTRA, XLM-RoBERTa, DistilBERT, ModernBERT, NomicBERT, GTE or EuroBERT checkpoint and TISA checkpoints load with
+their kernels.
 """
 
 from .adapters import supported_model_types

@@ -7,7 +7,6 @@ model already in memory into its TISA class is `patching.patch`, on these steps.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from dataclasses import replace
@@ -26,75 +25,6 @@ from .names import BIAS_ATTRIBUTE, SITE_ATTRIBUTE
 from .profiles import extract_positional_profiles
 
 logger = logging.getLogger(__name__)
-
-
-class MeanPositionEmbedding(nn.Embedding):
-    """A position table whose every lookup returns the mean of the rows real tokens use (`mode="replace"`).
-
-    The table keeps its shape, so checkpoints load both ways, but only its mean reaches the model, so no
-    position information does, whatever the position ids or the sequence length.
-    """
-
-    row_offset: int = 0
-
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        mean = self.weight[self.row_offset :].mean(0)
-        return mean.expand(*position_ids.shape, mean.shape[-1])
-
-
-class EmbeddingsCall:
-    """The arguments of one embeddings call by name, whether they came positionally or as keywords."""
-
-    def __init__(self, module: nn.Module, args: tuple, kwargs: dict):
-        self.bound = inspect.signature(module.forward).bind(*args, **kwargs)
-
-    def get(self, name: str):
-        return self.bound.arguments.get(name)
-
-    def length(self) -> int:
-        input_ids = self.get("input_ids")
-        return (input_ids if input_ids is not None else self.get("inputs_embeds")).shape[1]
-
-
-class PositionIdsForReplaceMode:
-    """Embeddings pre-hook in `replace` mode: position ids of any length (their values do not matter, and zeros
-    also index the token-type buffer that BERT-style embeddings gather with them)."""
-
-    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        call = EmbeddingsCall(module, args, kwargs)
-        if call.get("position_ids") is None:
-            device = module.position_embeddings.weight.device
-            call.bound.arguments["position_ids"] = torch.zeros(1, call.length(), dtype=torch.long, device=device)
-        return call.bound.args, call.bound.kwargs
-
-
-class SequenceLengthCheck:
-    """Embeddings pre-hook in `add` mode: a clear error for inputs longer than the position table, or, where the call
-    gives position ids, for ids outside it (`max_length` positions for real tokens, `table_rows` rows in all)."""
-
-    def __init__(self, max_length: int, table_rows: int):
-        self.max_length = max_length
-        self.table_rows = table_rows
-
-    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        call = EmbeddingsCall(module, args, kwargs)
-        position_ids = call.get("position_ids")
-        if position_ids is not None:
-            # Given ids pick the rows themselves (a row of packed sequences restarts them): the largest must exist.
-            if int(position_ids.max()) >= self.table_rows:
-                raise ValueError(
-                    f"The position ids reach {int(position_ids.max())} but the position table has rows 0 to "
-                    f"{self.table_rows - 1}, and TISA mode='add' keeps the position embeddings. Keep the ids inside "
-                    "the table, or use TisaConfig(mode='replace'), which accepts any position."
-                )
-            return
-        length = call.length() + (call.get("cache_length") or call.get("past_key_values_length") or 0)
-        if length > self.max_length:
-            raise ValueError(
-                f"The input has {length} tokens but the position table holds {self.max_length}, and TISA "
-                "mode='add' keeps the position embeddings. Truncate the input, or use "
-                "TisaConfig(mode='replace'), which accepts any length."
-            )
 
 
 def refuse_fixed_size_cache(base: PreTrainedModel, args: tuple, kwargs: dict) -> None:
@@ -151,21 +81,12 @@ def attach_tisa(base: PreTrainedModel, adapter: EncoderAdapter) -> None:
     Initialises nothing: the kernels are zeros (on the meta device while transformers builds a model to load).
     """
     config = tisa_config_of(base)
-    embeddings = adapter.embeddings(base)
-    table = adapter.position_table(base)
-    row_offset = adapter.position_row_offset(base)
-    if config.mode == "replace":
-        table.__class__ = MeanPositionEmbedding
-        table.row_offset = row_offset
-        embeddings.register_forward_pre_hook(PositionIdsForReplaceMode(), with_kwargs=True)
-    else:
-        embeddings.register_forward_pre_hook(
-            SequenceLengthCheck(table.num_embeddings - row_offset, table.num_embeddings), with_kwargs=True
-        )
+    adapter.positions.apply_mode(base, adapter, config.mode)
     if config.has_scoring_function:
         num_layers = 1 if config.share_across_layers else adapter.num_tisa_layers(base)
         bias = TisaPositionBias(num_layers, base.config.num_attention_heads, config.num_kernels, config.far_field)
-        setattr(base, BIAS_ATTRIBUTE, bias.to(device=table.weight.device, dtype=table.weight.dtype))
+        words = base.get_input_embeddings().weight
+        setattr(base, BIAS_ATTRIBUTE, bias.to(device=words.device, dtype=words.dtype))
         scope = OffsetTablesPerForward()
         base.register_forward_pre_hook(scope.begin)
         base.register_forward_hook(scope.end, always_call=True)
@@ -228,19 +149,19 @@ def check_finite_kernels(base: PreTrainedModel, where: str) -> None:
 
 
 def position_table_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int:
-    """Positions the table holds for real tokens."""
-    return adapter.position_rows(base).shape[0]
+    """Positions the pretrained encoder was built for: its table's rows for real tokens, or its rotary range."""
+    return adapter.positions.trained_length(base, adapter)
 
 
 def model_table_length(model: nn.Module) -> int:
-    """Positions the table of `model` (any model with a supported encoder inside) holds for real tokens."""
+    """`position_table_length` of `model` (any model with a supported encoder inside)."""
     return position_table_length(*find_base_model(model))
 
 
 def config_table_length(config: PreTrainedConfig) -> int:
-    """Positions the table of the architecture `config` describes holds for real tokens (RoBERTa's start after
-    padding_idx), read from the architecture built on the meta device, where the adapter knows the table: no
-    weights load. A ValueError for an architecture TISA does not support."""
+    """`position_table_length` of the architecture `config` describes (RoBERTa's table starts after padding_idx),
+    read from the architecture built on the meta device, where the adapter knows it: no weights load. A ValueError
+    for an architecture TISA does not support."""
     with torch.device("meta"):
         return model_table_length(AutoModel.from_config(plain_model_config(config)))
 

@@ -105,7 +105,8 @@ def install() -> None:
     """Registers the config types, the attention functions and the `from_pretrained` hand-over (idempotent)."""
     TisaConfigMixin.register_model_classes = staticmethod(register_model_classes)
     for adapter in ADAPTERS.values():
-        register_config_type(adapter)
+        if adapter.available:  # an architecture the installed transformers lacks is refused when asked for
+            register_config_type(adapter)
     register_attention_functions()
     if getattr(PreTrainedModel, _INSTALLED_MARK, False):
         return

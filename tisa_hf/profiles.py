@@ -44,50 +44,29 @@ def tisa_disabled(model: nn.Module) -> Iterator[None]:
 
 
 def default_profile_length(model: PreTrainedModel) -> int:
-    """Positions of the profiles when no length is asked for: the rows of the position table real tokens use, at
-    most `DEFAULT_PROFILE_LENGTH`."""
+    """Positions of the profiles when no length is asked for: the positions the encoder was built for (its table's
+    rows for real tokens, or its rotary range), at most `DEFAULT_PROFILE_LENGTH`."""
     base, adapter = find_base_model(model)
-    return min(adapter.position_rows(base).shape[0], DEFAULT_PROFILE_LENGTH)
+    return min(adapter.positions.trained_length(base, adapter), DEFAULT_PROFILE_LENGTH)
 
 
 @torch.no_grad()
-def extract_positional_profiles(model: PreTrainedModel, length: int | None = None) -> PositionalProfiles:
-    """F̂_P of every layer and head, and its best Toeplitz approximation.
+def extract_positional_profiles(
+    model: PreTrainedModel, length: int | None = None, input_ids: torch.Tensor | None = None
+) -> PositionalProfiles:
+    """F̂_P of every layer and head, and its best Toeplitz approximation, read without TISA and in eval mode.
 
-    Every word embedding is replaced by the mean word embedding over the vocabulary; position embeddings
-    (of the rows real tokens use) and token type 0 are added, the result passes the model's own embedding
-    LayerNorm, and the encoder runs on it (after the model's own projection, where it has one) without TISA.
-    Each layer's `q_i·k_j/sqrt(d_k)` is read from its query and key projections, biases included.
+    With a position table, the logits of the mean word at each position (`adapters.positions.PositionTable`); with
+    rotary embeddings, the rotary part of the logits of text: `input_ids` (batch, n), the user's own tokenized text,
+    or by default a fixed sample of the vocabulary (`adapters.positions.RotaryPositions`).
     """
     base, adapter = find_base_model(model)
-    rows = adapter.position_rows(base)
-    available = rows.shape[0]
-    length = length or default_profile_length(base)
-    if length > available:
-        raise ValueError(f"Profiles of {length} positions were asked for, but the position table holds {available}.")
-    mean_word = adapter.embeddings(base).word_embeddings.weight.mean(0)
-    hidden = adapter.embedding_output(base, mean_word, rows[:length])[None]
-
-    queries: list[torch.Tensor] = []
-    keys: list[torch.Tensor] = []
-    sites = adapter.attention_sites(base)
-    handles = []
-    for module in {id(site.module): site.module for site in sites}.values():
-        query, key, _ = adapter.projections(module)
-        handles.append(query.register_forward_hook(lambda _m, _i, out: queries.append(out[0].float())))
-        handles.append(key.register_forward_hook(lambda _m, _i, out: keys.append(out[0].float())))
+    length = length or (input_ids.shape[1] if input_ids is not None else default_profile_length(base))
     was_training = base.training
     base.eval()
     try:
         with tisa_disabled(base):
-            adapter.run_encoder(base, hidden)
+            logits = adapter.positions.positional_logits(base, adapter, length, input_ids)
     finally:
         base.train(was_training)
-        for handle in handles:
-            handle.remove()
-
-    heads = base.config.num_attention_heads
-    query = torch.stack(queries).unflatten(-1, (heads, -1)).transpose(1, 2)
-    key = torch.stack(keys).unflatten(-1, (heads, -1)).transpose(1, 2)
-    logits = query @ key.transpose(-1, -2) / query.shape[-1] ** 0.5
     return PositionalProfiles(logits=logits, toeplitz=toeplitz_fit(logits))

@@ -11,7 +11,10 @@ from .base import AttentionSite, EncoderAdapter
 from .bert import BertAdapter
 from .distilbert import DistilBertAdapter
 from .electra import ElectraAdapter
+from .modernbert import ModernBertAdapter
+from .positions import PositionScheme, PositionTable, RotaryPositions
 from .roberta import RobertaAdapter
+from .rotary import EuroBertAdapter, GteAdapter, NomicBertAdapter, RotaryAdapter
 from .xlm_roberta import XLMRobertaAdapter
 
 if TYPE_CHECKING:
@@ -25,6 +28,10 @@ BUILTIN_ADAPTERS = (
     ElectraAdapter(),
     RobertaAdapter(),
     XLMRobertaAdapter(),
+    ModernBertAdapter(),
+    NomicBertAdapter(),
+    GteAdapter(),
+    EuroBertAdapter(),
 )
 
 
@@ -33,19 +40,22 @@ for _adapter in BUILTIN_ADAPTERS:
 
 
 def supported_model_types() -> list[str]:
-    return sorted(ADAPTERS)
+    """The model types TISA patches with the installed transformers."""
+    return sorted(model_type for model_type, adapter in ADAPTERS.items() if adapter.available)
 
 
 def adapter_for(model_type: str) -> EncoderAdapter:
     """The adapter of `model_type` (a base type such as `bert`, or its TISA type `tisa_hf_bert`), or a
     ValueError naming it and the supported ones."""
-    try:
-        return ADAPTERS[base_model_type(model_type)]
-    except KeyError:
+    adapter = ADAPTERS.get(base_model_type(model_type))
+    if adapter is None:
         raise ValueError(
             f"TISA does not support model type {model_type!r}; supported: {', '.join(supported_model_types())}. "
             "A new encoder needs an EncoderAdapter registered with tisa_hf.register_adapter."
-        ) from None
+        )
+    if not adapter.available:
+        raise ValueError(adapter.unavailable_reason())
+    return adapter
 
 
 def find_base_model(model: PreTrainedModel) -> tuple[PreTrainedModel, EncoderAdapter]:
@@ -65,6 +75,10 @@ __all__ = [
     "LAYER_INDEX_KWARG",
     "AttentionSite",
     "EncoderAdapter",
+    "PositionScheme",
+    "PositionTable",
+    "RotaryAdapter",
+    "RotaryPositions",
     "adapter_for",
     "find_base_model",
     "BUILTIN_ADAPTERS",

@@ -3,7 +3,8 @@
 Everything architecture-specific lives here and nowhere else: where the embeddings, the position table and the
 self-attention modules are, which rows of the position table real tokens use (RoBERTa's and XLM-RoBERTa's offset),
 which token type an ordinary token has, and what stands between the embeddings and the first layer (ALBERT's and
-ELECTRA's projections). Patching, the positional profiles and the analyses all ask the adapter.
+ELECTRA's projections). How the architecture knows position is its `positions` scheme (`positions.py`: a table, or
+rotary embeddings, `rotary.py`). Patching, the positional profiles and the analyses all ask the adapter.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 import transformers
 
 from ..names import BIAS_ATTRIBUTE, LAYER_INDEX_KWARG
+from .positions import PositionScheme, PositionTable
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +59,23 @@ class EncoderAdapter:
 
     model_type: str
     base_model_class_name: str
+    positions: PositionScheme = PositionTable()
+    # The first transformers release with this architecture (None: every release tisa-hf supports).
+    transformers_release: str | None = None
+
+    @property
+    def available(self) -> bool:
+        """Whether the installed transformers has this architecture."""
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        return self.model_type in CONFIG_MAPPING
+
+    def unavailable_reason(self) -> str:
+        return (
+            f"TISA on model type {self.model_type!r} needs transformers {self.transformers_release} or later, which "
+            f"has the architecture; transformers {transformers.__version__} is installed: "
+            f"pip install 'transformers>={self.transformers_release}'."
+        )
 
     @property
     def base_model_class(self) -> type[PreTrainedModel]:
