@@ -11,7 +11,7 @@ import unittest
 import pytest
 
 from tests.peer_common import import_common_tests
-from tests.peer_testers import ARCHITECTURES, VARIANTS, Architecture, EncoderModelTester
+from tests.peer_testers import ARCHITECTURES, HEAD_CHECKS, VARIANTS, Architecture, EncoderModelTester
 
 try:
     test_modeling_common, test_configuration_common = import_common_tests()
@@ -48,7 +48,7 @@ class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
     def setUp(self):
         self.model_tester = EncoderModelTester(self, self.architecture, self.variant)
         config_class = type(self.model_tester.get_config())
-        size = {self.architecture.hidden_size_name: 37}
+        size = {self.architecture.hidden_size_name: self.architecture.config_tester_size}
         self.config_tester = test_configuration_common.ConfigTester(self, config_class=config_class, **size)
 
     def test_config(self):
@@ -58,23 +58,15 @@ class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
         """The tester's `create_and_check_<head>` on fresh inputs, as transformers' per-model tests call it."""
         getattr(self.model_tester, f"create_and_check_{head}")(*self.model_tester.prepare_config_and_inputs())
 
-    def test_model(self):
-        self.check("model")
 
-    def test_for_masked_lm(self):
-        self.check("for_masked_lm")
+def head_test(check: str):
+    """The per-model test `test_<check>` of one head."""
 
-    def test_for_sequence_classification(self):
-        self.check("for_sequence_classification")
+    def test(self):
+        self.check(check)
 
-    def test_for_token_classification(self):
-        self.check("for_token_classification")
-
-    def test_for_question_answering(self):
-        self.check("for_question_answering")
-
-    def test_for_multiple_choice(self):
-        self.check("for_multiple_choice")
+    test.__name__ = f"test_{check}"
+    return test
 
 
 class DecoderPeerTests(EncoderPeerTests):
@@ -101,7 +93,8 @@ class DecoderPeerTests(EncoderPeerTests):
 
 
 def peer_test_class(architecture: Architecture, variant: str) -> type:
-    """The unittest class of one architecture and variant, with the skip list applied."""
+    """The unittest class of one architecture and variant: a per-model test for each of its heads, the skip list
+    applied."""
     tester = EncoderModelTester(None, architecture, variant)
     bases = (DecoderPeerTests if architecture.causal_lm else EncoderPeerTests,)
     namespace = {
@@ -110,6 +103,8 @@ def peer_test_class(architecture: Architecture, variant: str) -> type:
         "all_model_classes": tuple(tester.model_class(head) for head in architecture.common_heads()),
         "pipeline_model_mapping": {},
     }
+    for head in architecture.heads:
+        namespace[f"test_{HEAD_CHECKS[head]}"] = head_test(HEAD_CHECKS[head])
     for name, reason in SKIPPED.items():
         namespace[name] = unittest.skip(reason)(lambda self: None)
     mixins = (GenerationTester,) if architecture.causal_lm else ()
