@@ -22,7 +22,7 @@ except ModuleNotFoundError as missing:
         f"transformers' common model tests need {missing.name}: pip install -e '.[test]'", allow_module_level=True
     )
 
-# The common tests that cannot apply to a bias-only change of the attention, each with the reason: the one list.
+# The common tests that cannot apply to a bias-only change of the attention, each with the reason: the first list.
 SKIPPED = {
     f"test_eager_matches_sdpa_inference_{index:02d}_{dtype}_pad_{side}{mask}{kernels}": (
         "eager against sdpa in half precision on the CPU: minutes of the suite; every precision is compared on a GPU "
@@ -36,6 +36,16 @@ SKIPPED = {
         for kernels in ("_sdpa_kernels", "")
     )
     if dtype != "fp32"
+}
+
+# The common tests that cannot apply to a RoPE encoder in `replace` mode, which takes the rotation out of the query and
+# key: the second list.
+ROTARY_REPLACE_SKIPPED = {
+    f"test_model_rope_scaling_from_config_{index}_{scaling}": (
+        "replace mode takes the rotation out of the query and key, so the rotary scaling the test sets cannot change "
+        "the output it expects to change"
+    )
+    for index, scaling in enumerate(("linear", "dynamic"))
 }
 
 
@@ -105,7 +115,12 @@ def peer_test_class(architecture: Architecture, variant: str) -> type:
     }
     for head in architecture.heads:
         namespace[f"test_{HEAD_CHECKS[head]}"] = head_test(HEAD_CHECKS[head])
-    for name, reason in SKIPPED.items():
+    # transformers runs `test_can_init_all_missing_weights` on architectures added since 2023, which it reads from the
+    # copyright year of the config class's file: a TISA config class's file is tisa_hf's, so the RoPE encoders' TISA
+    # classes say what their stock classes' files do.
+    namespace["test_can_init_all_missing_weights_before_2023"] = architecture.rotary
+    skipped = {**SKIPPED, **(ROTARY_REPLACE_SKIPPED if architecture.rotary and variant == "replace" else {})}
+    for name, reason in skipped.items():
         namespace[name] = unittest.skip(reason)(lambda self: None)
     mixins = (GenerationTester,) if architecture.causal_lm else ()
     title = f"{architecture.prefix}{variant.capitalize()}PeerTest"
