@@ -18,15 +18,17 @@ ROTARY = BENCH_ARCHITECTURES[1:]
 TINY_ROTARY_SIZES = {"num_attention_heads": 4, "hidden_size": 48, "intermediate_size": 64, "vocab_size": 20000}
 
 
-def test_rotary_configs_are_bert_base_sized_with_their_own_settings_otherwise():
+def test_rotary_configs_are_bert_base_sized_with_their_own_settings_otherwise(caplog):
     for architecture in ROTARY:
         config = cases.rotary_base_config(architecture, "fused", 0.1, 12)
         assert (config.model_type, config.num_hidden_layers, config.hidden_size) == (architecture, 12, 768)
         assert (config.num_attention_heads, config.vocab_size, config.pad_token_id) == (12, 30522, 0)
         assert getattr(config, cases.ATTENTION_DROPOUT_NAMES[architecture]) == 0.1
         assert config._attn_implementation == "sdpa"
+        assert all(getattr(config, name, None) in (None, token) for name, token in cases.BERT_SPECIAL_TOKENS.items())
         default = transformers.AutoConfig.for_model(architecture)
         assert config.intermediate_size == default.intermediate_size
+    assert caplog.records == []  # no special token outside the vocabulary
     modernbert = cases.rotary_base_config("modernbert", "sdpa", 0.0, 12)
     assert modernbert.layer_types.count("full_attention") == 4 and modernbert.local_attention == 128
 

@@ -105,6 +105,15 @@ def bert_base_config(implementation: str, dropout: float, max_positions: int = 5
 # The RoPE encoders at BERT base's size, with BERT's vocabulary and padding id (GTE's default vocabulary has 250,048
 # words, EuroBERT's 128,256: the optimizer's step over so large an embedding would thin every training ratio).
 ROTARY_BASE_SIZES = {"num_attention_heads": 12, "hidden_size": 768, "vocab_size": 30522, "pad_token_id": 0}
+# BERT's ids of the special tokens an architecture's config names, in place of its own, which lie outside BERT's
+# vocabulary (transformers warns of them).
+BERT_SPECIAL_TOKENS = {
+    "bos_token_id": 101,
+    "cls_token_id": 101,
+    "eos_token_id": 102,
+    "sep_token_id": 102,
+    "mask_token_id": 103,
+}
 # Where each RoPE encoder's config keeps its attention dropout rate.
 ATTENTION_DROPOUT_NAMES = {
     "modernbert": "attention_dropout",
@@ -117,9 +126,12 @@ ATTENTION_DROPOUT_NAMES = {
 def rotary_base_config(architecture: str, implementation: str, dropout: float, layers: int) -> PretrainedConfig:
     """A RoPE encoder's config at BERT base's size, its own defaults otherwise (ModernBERT's global layer every
     third, its 128-token local window, its gated MLP of width 1,152)."""
+    defaults = AutoConfig.for_model(architecture)
+    tokens = {name: token for name, token in BERT_SPECIAL_TOKENS.items() if getattr(defaults, name, None) is not None}
     config = AutoConfig.for_model(
         architecture,
         **ROTARY_BASE_SIZES,
+        **tokens,
         num_hidden_layers=layers,
         num_labels=2,
         problem_type="single_label_classification",
