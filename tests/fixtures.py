@@ -25,6 +25,10 @@ from transformers import (
     BertTokenizerFast,
     DistilBertConfig,
     ElectraConfig,
+    EuroBertConfig,
+    GteConfig,
+    ModernBertConfig,
+    NomicBertConfig,
     RobertaConfig,
     XLMRobertaConfig,
 )
@@ -33,7 +37,10 @@ import tisa_hf.attention as attention
 from tisa_hf import supported_model_types
 from tisa_hf.commands.registry import installed
 
-MODEL_TYPES = supported_model_types()  # every one needs its case in `tiny_config`
+# The RoPE encoders (`tiny_rope_config`), tested in tests/test_rope.py and in the contract tests that name them; every
+# other supported architecture has a position table and its case in `tiny_config`.
+ROPE_MODEL_TYPES = ("eurobert", "gte", "modernbert", "nomic_bert")
+MODEL_TYPES = [model_type for model_type in supported_model_types() if model_type not in ROPE_MODEL_TYPES]
 # The tests' encoder sizes, in this one place: `tiny_config` builds every architecture from them, and each test
 # changes only what it is about (layers, positions, ...) by overrides.
 TINY_SIZES = dict(
@@ -73,6 +80,27 @@ def tiny_config(model_type: str, **overrides):
         extra = {"hidden_dim": 37, "max_position_embeddings": 40, "dropout": 0.0, "attention_dropout": 0.0}
         return DistilBertConfig(**{**sizes, **extra, **overrides})
     raise ValueError(model_type)
+
+
+# The RoPE encoders' rotary range in the tests: `replace` reads 2x and 4x past it.
+ROPE_RANGE = 16
+
+
+def tiny_rope_config(model_type: str, **overrides):
+    """A tiny config of a RoPE encoder (`TINY_SIZES`, a rotary range of `ROPE_RANGE` positions, no dropout, token ids
+    within the vocabulary), with `overrides` on top: ModernBERT with global and local layers (a window of 8 tokens,
+    two rotary bases), EuroBERT with grouped key-value heads."""
+    sizes = {**TINY_SIZES, "max_position_embeddings": ROPE_RANGE}
+    if model_type == "modernbert":
+        ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3)
+        extra = dict(local_attention=8, global_attn_every_n_layers=2, **ids)
+        return ModernBertConfig(**{**sizes, **extra, **overrides})
+    if model_type == "eurobert":
+        ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, mask_token_id=4)
+        return EuroBertConfig(**{**sizes, "num_key_value_heads": 2, **ids, **overrides})
+    dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0)
+    config_class = {"gte": GteConfig, "nomic_bert": NomicBertConfig}[model_type]
+    return config_class(**{**sizes, **dropout, **overrides})
 
 
 def write_tiny_model(

@@ -22,6 +22,7 @@ import logging
 
 import transformers.models.auto.modeling_auto as auto_models
 from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.utils.generic import is_flash_attention_requested
 
 from .adapters import ADAPTERS, EncoderAdapter, adapter_for
@@ -185,8 +186,13 @@ def __getattr__(name: str) -> type[PreTrainedModel]:
 
 @functools.cache
 def register_model_classes(adapter: EncoderAdapter) -> None:
-    """Registers the TISA class of every Auto mapping the architecture appears in (once per adapter)."""
+    """Registers the TISA class of every Auto mapping the architecture appears in (once per adapter), and the
+    architecture's renaming of checkpoint weights (NomicBERT's and GTE's, whose Hub checkpoints keep their original
+    layout), which transformers looks up by model type."""
     config_class = tisa_config_class(adapter.config_class)
+    conversions = get_checkpoint_conversion_mapping(adapter.model_type)
+    if conversions is not None:
+        register_checkpoint_conversion_mapping(config_class.model_type, conversions, overwrite=True)
     for name in dir(auto_models):
         auto_class = getattr(auto_models, name)
         mapping = getattr(auto_class, "_model_mapping", None)

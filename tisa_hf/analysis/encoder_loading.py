@@ -21,7 +21,9 @@ def load_model(path_or_id: str) -> PreTrainedModel:
         model = load_under_head(
             AutoModel, source.path, attn_implementation="eager", local_files_only=source.local_files_only
         )
-        find_base_model(model)
+        _, adapter = find_base_model(model)
+    if adapter.positions.analysis_refusal is not None:
+        raise UsageError(f"{path_or_id!r} cannot be analysed: {adapter.positions.analysis_refusal}.")
     return model.eval()
 
 

@@ -43,6 +43,7 @@ def tisa_eager_attention_forward(
     """Eager attention with the layer's TISA bias added to the logits."""
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
+    key, value = logits.key_value_per_head(module, key, value)
     if kernels is not None:
         causal = logits.masks_causally_itself(module, kwargs.get("is_causal"), attention_mask, query)
         attention_mask = logits.biased_mask(kernels, layer, query, key, attention_mask, causal)
@@ -64,6 +65,8 @@ def tisa_sdpa_attention_forward(
     policy = kwargs.pop(SDPA_POLICY_KWARG, None) or call_policy()
     kernels, layer = site_kernels(module, kwargs)
     query = length_scaled_query(module, query, attention_mask)
+    if kernels is not None:  # transformers' sdpa, the route without kernels, takes grouped heads as they are
+        key, value = logits.key_value_per_head(module, key, value)
     call = SdpaCall(query, key, value, attention_mask, dropout, scaling, kernels, layer, module, is_causal, kwargs)
     return policy.choose(call).run(call)
 
@@ -91,6 +94,7 @@ def tisa_flex_attention_forward(
     query = length_scaled_query(module, query, None)
     if kernels is None:
         return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    key, value = logits.key_value_per_head(module, key, value)
     table = kernels.offset_values(layer, query.shape[2], bias_dtype(query))
     output = offset_table_flex_attention(
         query, key, value, attention_mask, table, scaling, module.training, kwargs.get("kernel_options")

@@ -32,6 +32,12 @@ def length_scaled_query(module: nn.Module, query: torch.Tensor, mask: torch.Tens
             "TisaConfig.length_scale_from scales by each sequence's length, which a decoder's causal queries do not "
             "share: set length_scale_from=None for a decoder (is_decoder=True)."
         )
+    if getattr(module, "sliding_window", None) is not None:
+        raise UsageError(
+            "TisaConfig.length_scale_from reads each sequence's length from its mask's first row, which in a "
+            "sliding-window layer (ModernBERT's local layers) holds the window, not the sequence: set "
+            "length_scale_from=None for this model."
+        )
     if mask is None:
         lengths = torch.full((query.shape[0],), query.shape[2], device=query.device)
     elif mask.dtype == torch.bool:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from transformers.integrations.sdpa_attention import repeat_kv
 
 if TYPE_CHECKING:
     from ..kernels import TisaPositionBias
@@ -19,6 +20,13 @@ def bias_dtype(query: torch.Tensor) -> torch.dtype:
     if torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return query.dtype
+
+
+def key_value_per_head(module: nn.Module, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The key and value of every query head: an encoder with grouped key-value heads (EuroBERT's
+    `num_key_value_groups`) has each serve several query heads, as transformers' own functions repeat them."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    return repeat_kv(key, groups), repeat_kv(value, groups)
 
 
 def merge_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,7 @@ class StoredBiasRoute(SdpaRoute):
         mask = call.biased_mask()
         query = query_for_bias_only_backward(call.query, call.key, call.value, mask)
         return sdpa_attention_forward(
-            call.module,
+            None,  # the module would repeat grouped key-value heads, which come repeated (`key_value_per_head`)
             query,
             call.key,
             call.value,

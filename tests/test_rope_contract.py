@@ -1,0 +1,188 @@
+"""The contract of transformers' classes, for the RoPE encoders' TISA classes as for the BERT era's: the Auto class of
+every head transformers registers, pickling, `torch.compile(fullgraph=True)`, `torch.export` and ONNX, LoRA, a Hub
+card, and the sentence-transformers conversion, on the tiny checkpoints of `rope_checkpoint`."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+import transformers.models.auto.modeling_auto as auto_models
+from transformers import AutoModel, BertTokenizerFast
+
+import tisa_hf
+from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, WORDS, requires_extra
+from tisa_hf import TisaConfig
+from tisa_hf.adapters import adapter_for
+from tisa_hf.modeling import tisa_model_class
+
+pytestmark = pytest.mark.core
+
+RANDOM = {"num_kernels": 2, "init": "random"}
+# The costlier checks (compiling, exporting, LoRA, sentence-transformers) run on ModernBERT by default and on the other
+# three with `-m slow`, keeping the suite's time.
+EACH_SLOW_BUT_MODERNBERT = pytest.mark.parametrize(
+    "rope_model_type",
+    [
+        pytest.param(model_type, marks=[] if model_type == "modernbert" else [pytest.mark.slow])
+        for model_type in ROPE_MODEL_TYPES
+    ],
+)
+
+
+def padded_batch(length: int = 12, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    input_ids = torch.randint(5, 99, (2, length), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(input_ids)
+    mask[0, length - 3 :] = 0
+    return input_ids, mask
+
+
+def tisa_encoder(folder: str, mode: str, implementation: str = "sdpa") -> torch.nn.Module:
+    return AutoModel.from_pretrained(
+        folder, tisa=TisaConfig(mode=mode, **RANDOM), attn_implementation=implementation
+    ).eval()
+
+
+def test_every_head_transformers_registers_has_its_tisa_class(rope_checkpoint, rope_model_type):
+    adapter = adapter_for(rope_model_type)
+    heads = []
+    for name in dir(auto_models):
+        mapping = getattr(getattr(auto_models, name), "_model_mapping", None)
+        if name.startswith("AutoModel") and mapping is not None and adapter.config_class in mapping:
+            auto_class = getattr(auto_models, name)
+            model = auto_class.from_pretrained(rope_checkpoint, tisa=TisaConfig(init="zeros"))
+            assert type(model) is tisa_model_class(mapping[adapter.config_class])
+            heads.append(name)
+    assert {"AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"} <= set(heads)
+
+
+@EACH_SLOW_BUT_MODERNBERT
+@pytest.mark.parametrize("mode", ["add", "replace"])
+def test_pickling_keeps_the_outputs(rope_checkpoint, mode):
+    model = tisa_encoder(rope_checkpoint, mode)
+    input_ids, mask = padded_batch()
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=mask).last_hidden_state
+        again = pickle.loads(pickle.dumps(model))
+        assert type(again) is type(model)
+        assert torch.equal(again(input_ids, attention_mask=mask).last_hidden_state, expected)
+
+
+@EACH_SLOW_BUT_MODERNBERT
+@pytest.mark.parametrize("mode", ["add", "replace"])
+def test_fullgraph_compile_equals_eager(rope_checkpoint, mode):
+    model = tisa_encoder(rope_checkpoint, mode)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    torch._dynamo.reset()
+    input_ids, mask = padded_batch()
+    for training in (True, False):
+        model.train(training)
+        model.zero_grad()
+        outputs = []
+        for forward in (model, compiled):
+            hidden = forward(input_ids, attention_mask=mask).last_hidden_state
+            hidden.square().sum().backward()
+            outputs.append((hidden.detach(), model.tisa.amplitude.grad.clone()))
+            model.zero_grad()
+        torch.testing.assert_close(outputs[1][0], outputs[0][0], atol=0, rtol=0)
+        torch.testing.assert_close(outputs[1][1], outputs[0][1], atol=1e-6, rtol=1e-5)
+
+
+@EACH_SLOW_BUT_MODERNBERT
+def test_torch_export_equals_eager_past_the_rotary_range(rope_checkpoint):
+    """`replace` exported at one size runs at another, past the rotary range, as eager does (the kernels' gradient
+    kept in the program)."""
+    model = tisa_encoder(rope_checkpoint, "replace")
+    dynamic = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
+    program = torch.export.export(model, padded_batch(12), dynamic_shapes=dynamic)
+    inputs = padded_batch(2 * ROPE_RANGE + 3, seed=2)
+    torch.testing.assert_close(
+        program.module()(*inputs).last_hidden_state, model(*inputs).last_hidden_state, rtol=0, atol=1e-5
+    )
+
+
+def test_onnx_export_runs_in_onnx_runtime_as_eager(rope_checkpoints, tmp_path):
+    onnx_runtime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model = tisa_encoder(rope_checkpoints["modernbert"], "replace")
+    torch.onnx.export(
+        model,
+        padded_batch(12),
+        tmp_path / "model.onnx",
+        dynamo=True,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state"],
+        dynamic_shapes=({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2,
+        verbose=False,
+    )
+    session = onnx_runtime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids, mask = padded_batch(2 * ROPE_RANGE, seed=2)
+    (hidden,) = session.run(["last_hidden_state"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    torch.testing.assert_close(torch.from_numpy(hidden), model(ids, mask).last_hidden_state.detach(), rtol=0, atol=1e-4)
+
+
+@EACH_SLOW_BUT_MODERNBERT
+def test_lora_trains_the_kernels_and_reloads(rope_checkpoint, tmp_path):
+    peft = pytest.importorskip("peft")
+    base = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(**RANDOM))
+    base.save_pretrained(tmp_path / "base")
+    config = peft.LoraConfig(r=4, target_modules="all-linear", modules_to_save=["tisa"])
+    model = peft.get_peft_model(AutoModel.from_pretrained(tmp_path / "base"), config)
+    input_ids, mask = padded_batch()
+    model(input_ids, attention_mask=mask).last_hidden_state.square().mean().backward()
+    trained = model.base_model.model.tisa.modules_to_save["default"]
+    assert trained.amplitude.grad is not None and trained.amplitude.grad.abs().sum() > 0
+    model.eval()
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=mask).last_hidden_state
+    model.save_pretrained(tmp_path / "adapter")
+    reloaded = peft.PeftModel.from_pretrained(AutoModel.from_pretrained(tmp_path / "base"), tmp_path / "adapter")
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(input_ids, attention_mask=mask).last_hidden_state, expected)
+
+
+def write_tokenizer(folder) -> None:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    BertTokenizerFast(vocab={token: index for index, token in enumerate(vocab)}).save_pretrained(folder)
+
+
+@EACH_SLOW_BUT_MODERNBERT
+@requires_extra("st")
+@pytest.mark.parametrize("mode", ["add", "replace"])
+def test_a_sentence_transformer_takes_tisa_and_round_trips(rope_checkpoint, mode, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from tisa_hf.common.sentence_models import save_sentence_transformer, to_tisa_sentence_transformer
+
+    folder = tmp_path / "base"
+    AutoModel.from_pretrained(rope_checkpoint).save_pretrained(folder)
+    write_tokenizer(folder)
+    plain = SentenceTransformer(str(folder), device="cpu")
+    limit = 4 * ROPE_RANGE if mode == "replace" else None
+    model = to_tisa_sentence_transformer(plain, TisaConfig(mode=mode, **RANDOM), max_seq_length=limit)
+    assert model.max_seq_length == (limit or ROPE_RANGE)
+    text = " ".join(WORDS * 2)
+    expected = model.encode([text], convert_to_tensor=True)
+    save_sentence_transformer(model, tmp_path / "tisa")
+    again = SentenceTransformer(str(tmp_path / "tisa"), device="cpu")
+    assert again.max_seq_length == model.max_seq_length
+    torch.testing.assert_close(again.encode([text], convert_to_tensor=True), expected, rtol=0, atol=1e-6)
+    assert (tmp_path / "tisa" / "README.md").is_file()
+
+
+def test_the_stock_model_extrapolates_and_tisa_add_does_the_same(rope_checkpoint):
+    """Past the rotary range `add` refuses nothing the stock model reads (RoPE extrapolates)."""
+    stock = AutoModel.from_pretrained(rope_checkpoint).eval()
+    tisa = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(init="zeros")).eval()
+    input_ids = torch.randint(5, 99, (1, 2 * ROPE_RANGE))
+    with torch.no_grad():
+        assert torch.equal(tisa(input_ids).last_hidden_state, stock(input_ids).last_hidden_state)
+
+
+def test_patch_in_memory_matches_loading(rope_checkpoint):
+    """`tisa_hf.patch` of a stock model in memory gives the class and kernels `from_pretrained(..., tisa=)` gives."""
+    loaded = AutoModel.from_pretrained(rope_checkpoint, tisa=TisaConfig(mode="replace", fit_restarts=1))
+    patched = tisa_hf.patch(AutoModel.from_pretrained(rope_checkpoint), TisaConfig(mode="replace", fit_restarts=1))
+    assert type(patched) is type(loaded)
+    assert torch.equal(patched.tisa.amplitude, loaded.tisa.amplitude)
