@@ -41,6 +41,9 @@ class Architecture:
     # The hidden size `ConfigTester` builds the config with, beside the default heads (12): EuroBERT's config refuses
     # one they do not divide.
     config_tester_size: int = 37
+    # Whether its classes run only with `-m slow`: NomicBERT's, GTE's and EuroBERT's, whose common suite costs
+    # 1.2 to 2 times a BERT-era class's; ModernBERT, with its sliding-window layers, runs by default.
+    slow: bool = False
 
     def common_heads(self) -> tuple[str, ...]:
         """The heads transformers' common suite runs on: the encoder alone, a head tied to its embeddings, a pooled
@@ -57,9 +60,11 @@ ARCHITECTURES = (
     Architecture("electra", "Electra", "ForCausalLM"),
     Architecture("distilbert", "DistilBert", token_types=False, hidden_size_name="dim"),
     Architecture("modernbert", "ModernBert", token_types=False, rotary=True),
-    Architecture("nomic_bert", "NomicBert", heads=ROTARY_HEADS, rotary=True),
-    Architecture("gte", "Gte", heads=ROTARY_HEADS, rotary=True),
-    Architecture("eurobert", "EuroBert", token_types=False, heads=ROTARY_HEADS, rotary=True, config_tester_size=36),
+    Architecture("nomic_bert", "NomicBert", heads=ROTARY_HEADS, rotary=True, slow=True),
+    Architecture("gte", "Gte", heads=ROTARY_HEADS, rotary=True, slow=True),
+    Architecture(
+        "eurobert", "EuroBert", token_types=False, heads=ROTARY_HEADS, rotary=True, config_tester_size=36, slow=True
+    ),
 )
 # What the testers run: the stock classes, or the TISA classes in one mode.
 VARIANTS = ("stock", "add", "replace")

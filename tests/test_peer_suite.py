@@ -112,6 +112,7 @@ def peer_test_class(architecture: Architecture, variant: str) -> type:
         "variant": variant,
         "all_model_classes": tuple(tester.model_class(head) for head in architecture.common_heads()),
         "pipeline_model_mapping": {},
+        "pytestmark": [pytest.mark.slow] if architecture.slow else [],
     }
     for head in architecture.heads:
         namespace[f"test_{HEAD_CHECKS[head]}"] = head_test(HEAD_CHECKS[head])
