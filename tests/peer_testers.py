@@ -8,10 +8,22 @@ from dataclasses import dataclass
 
 import torch
 import transformers
-from transformers import PreTrainedModel
+from transformers import EuroBertConfig, GteConfig, ModernBertConfig, NomicBertConfig, PreTrainedModel
 
 import tisa_hf
-from tests.fixtures import tiny_config
+from tests.fixtures import TINY_SIZES, tiny_config
+
+# Every head a BERT-era architecture has, each checked by its per-model test (`create_and_check_<name>`).
+HEAD_CHECKS = {
+    "Model": "model",
+    "ForMaskedLM": "for_masked_lm",
+    "ForSequenceClassification": "for_sequence_classification",
+    "ForTokenClassification": "for_token_classification",
+    "ForQuestionAnswering": "for_question_answering",
+    "ForMultipleChoice": "for_multiple_choice",
+}
+# NomicBERT, GTE and EuroBERT have no question-answering or multiple-choice head.
+ROTARY_HEADS = tuple(HEAD_CHECKS)[:4]
 
 
 @dataclass(frozen=True)
@@ -24,6 +36,14 @@ class Architecture:
     causal_lm: str | None = None
     token_types: bool = True
     hidden_size_name: str = "hidden_size"  # as the config's JSON names it
+    heads: tuple[str, ...] = tuple(HEAD_CHECKS)  # the heads transformers has for it, besides the causal LM
+    rotary: bool = False  # rotary position embeddings, no position table (its tiny config: `rotary_tiny_config`)
+    # The hidden size `ConfigTester` builds the config with, beside the default heads (12): EuroBERT's config refuses
+    # one they do not divide.
+    config_tester_size: int = 37
+    # Whether its classes run only with `-m slow`: NomicBERT's, GTE's and EuroBERT's, whose common suite costs
+    # 1.2 to 2 times a BERT-era class's; ModernBERT, with its sliding-window layers, runs by default.
+    slow: bool = False
 
     def common_heads(self) -> tuple[str, ...]:
         """The heads transformers' common suite runs on: the encoder alone, a head tied to its embeddings, a pooled
@@ -39,9 +59,33 @@ ARCHITECTURES = (
     Architecture("albert", "Albert"),
     Architecture("electra", "Electra", "ForCausalLM"),
     Architecture("distilbert", "DistilBert", token_types=False, hidden_size_name="dim"),
+    Architecture("modernbert", "ModernBert", token_types=False, rotary=True),
+    Architecture("nomic_bert", "NomicBert", heads=ROTARY_HEADS, rotary=True, slow=True),
+    Architecture("gte", "Gte", heads=ROTARY_HEADS, rotary=True, slow=True),
+    Architecture(
+        "eurobert", "EuroBert", token_types=False, heads=ROTARY_HEADS, rotary=True, config_tester_size=36, slow=True
+    ),
 )
 # What the testers run: the stock classes, or the TISA classes in one mode.
 VARIANTS = ("stock", "add", "replace")
+
+
+def rotary_tiny_config(model_type: str, **overrides):
+    """A tiny config of a RoPE architecture (`TINY_SIZES`, no dropout, the special tokens inside the vocabulary), with
+    `overrides` on top. ModernBERT's alternates a global layer with a sliding-window one whose window (4 tokens, 2 a
+    side) is shorter than the testers' sequences, so that the window matters."""
+    sizes = {**TINY_SIZES, **overrides}
+    if model_type == "modernbert":
+        tokens = {"pad_token_id": 0, "bos_token_id": 1, "cls_token_id": 1, "eos_token_id": 2, "sep_token_id": 2}
+        return ModernBertConfig(**{"global_attn_every_n_layers": 2, "local_attention": 4, **tokens, **sizes})
+    if model_type == "nomic_bert":
+        return NomicBertConfig(**sizes)
+    if model_type == "gte":
+        return GteConfig(**{"hidden_dropout_prob": 0.0, **sizes})
+    if model_type == "eurobert":
+        tokens = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "mask_token_id": 3}
+        return EuroBertConfig(**{**tokens, **sizes})
+    raise ValueError(model_type)
 
 
 def ids_tensor(shape: tuple[int, ...], vocab_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -65,7 +109,8 @@ class EncoderModelTester:
         sizes = {"num_hidden_layers": 2, "max_position_embeddings": 64}
         if self.architecture.token_types:
             sizes["type_vocab_size"] = self.type_vocab_size
-        return tiny_config(self.architecture.model_type, **sizes)
+        make = rotary_tiny_config if self.architecture.rotary else tiny_config
+        return make(self.architecture.model_type, **sizes)
 
     def get_config(self):
         if self.variant == "stock":

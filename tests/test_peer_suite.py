@@ -11,7 +11,7 @@ import unittest
 import pytest
 
 from tests.peer_common import import_common_tests
-from tests.peer_testers import ARCHITECTURES, VARIANTS, Architecture, EncoderModelTester
+from tests.peer_testers import ARCHITECTURES, HEAD_CHECKS, VARIANTS, Architecture, EncoderModelTester
 
 try:
     test_modeling_common, test_configuration_common = import_common_tests()
@@ -22,7 +22,7 @@ except ModuleNotFoundError as missing:
         f"transformers' common model tests need {missing.name}: pip install -e '.[test]'", allow_module_level=True
     )
 
-# The common tests that cannot apply to a bias-only change of the attention, each with the reason: the one list.
+# The common tests that cannot apply to a bias-only change of the attention, each with the reason: the first list.
 SKIPPED = {
     f"test_eager_matches_sdpa_inference_{index:02d}_{dtype}_pad_{side}{mask}{kernels}": (
         "eager against sdpa in half precision on the CPU: minutes of the suite; every precision is compared on a GPU "
@@ -38,6 +38,16 @@ SKIPPED = {
     if dtype != "fp32"
 }
 
+# The common tests that cannot apply to a RoPE encoder in `replace` mode, which takes the rotation out of the query and
+# key: the second list.
+ROTARY_REPLACE_SKIPPED = {
+    f"test_model_rope_scaling_from_config_{index}_{scaling}": (
+        "replace mode takes the rotation out of the query and key, so the rotary scaling the test sets cannot change "
+        "the output it expects to change"
+    )
+    for index, scaling in enumerate(("linear", "dynamic"))
+}
+
 
 class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
     """The common suite plus the per-model tests of an architecture's heads, for one architecture and variant."""
@@ -48,7 +58,7 @@ class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
     def setUp(self):
         self.model_tester = EncoderModelTester(self, self.architecture, self.variant)
         config_class = type(self.model_tester.get_config())
-        size = {self.architecture.hidden_size_name: 37}
+        size = {self.architecture.hidden_size_name: self.architecture.config_tester_size}
         self.config_tester = test_configuration_common.ConfigTester(self, config_class=config_class, **size)
 
     def test_config(self):
@@ -58,23 +68,15 @@ class EncoderPeerTests(test_modeling_common.ModelTesterMixin):
         """The tester's `create_and_check_<head>` on fresh inputs, as transformers' per-model tests call it."""
         getattr(self.model_tester, f"create_and_check_{head}")(*self.model_tester.prepare_config_and_inputs())
 
-    def test_model(self):
-        self.check("model")
 
-    def test_for_masked_lm(self):
-        self.check("for_masked_lm")
+def head_test(check: str):
+    """The per-model test `test_<check>` of one head."""
 
-    def test_for_sequence_classification(self):
-        self.check("for_sequence_classification")
+    def test(self):
+        self.check(check)
 
-    def test_for_token_classification(self):
-        self.check("for_token_classification")
-
-    def test_for_question_answering(self):
-        self.check("for_question_answering")
-
-    def test_for_multiple_choice(self):
-        self.check("for_multiple_choice")
+    test.__name__ = f"test_{check}"
+    return test
 
 
 class DecoderPeerTests(EncoderPeerTests):
@@ -101,7 +103,8 @@ class DecoderPeerTests(EncoderPeerTests):
 
 
 def peer_test_class(architecture: Architecture, variant: str) -> type:
-    """The unittest class of one architecture and variant, with the skip list applied."""
+    """The unittest class of one architecture and variant: a per-model test for each of its heads, the skip list
+    applied."""
     tester = EncoderModelTester(None, architecture, variant)
     bases = (DecoderPeerTests if architecture.causal_lm else EncoderPeerTests,)
     namespace = {
@@ -109,8 +112,16 @@ def peer_test_class(architecture: Architecture, variant: str) -> type:
         "variant": variant,
         "all_model_classes": tuple(tester.model_class(head) for head in architecture.common_heads()),
         "pipeline_model_mapping": {},
+        "pytestmark": [pytest.mark.slow] if architecture.slow else [],
     }
-    for name, reason in SKIPPED.items():
+    for head in architecture.heads:
+        namespace[f"test_{HEAD_CHECKS[head]}"] = head_test(HEAD_CHECKS[head])
+    # transformers runs `test_can_init_all_missing_weights` on architectures added since 2023, which it reads from the
+    # copyright year of the config class's file: a TISA config class's file is tisa_hf's, so the RoPE encoders' TISA
+    # classes say what their stock classes' files do.
+    namespace["test_can_init_all_missing_weights_before_2023"] = architecture.rotary
+    skipped = {**SKIPPED, **(ROTARY_REPLACE_SKIPPED if architecture.rotary and variant == "replace" else {})}
+    for name, reason in skipped.items():
         namespace[name] = unittest.skip(reason)(lambda self: None)
     mixins = (GenerationTester,) if architecture.causal_lm else ()
     title = f"{architecture.prefix}{variant.capitalize()}PeerTest"

@@ -184,9 +184,9 @@ def test_fine_tuning_shapes_dropout_rates_and_replace_training_are_timed(tmp_pat
     assert plain.config.max_position_embeddings == 640 and plain.training and tisa.training
     assert tisa.config.tisa.mode == "replace" and tisa.config.max_position_embeddings == 512
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:5] for line in lines if line.startswith("replace-train")] == [
-        ["replace-train", "sdpa", "1x640", "float32", "0.1"],
-        ["replace-train", "sdpa", "1x640", "float32", "0"],
+    assert [line.split()[:6] for line in lines if line.startswith("replace-train")] == [
+        ["replace-train", "bert", "sdpa", "1x640", "float32", "0.1"],
+        ["replace-train", "bert", "sdpa", "1x640", "float32", "0"],
     ]
 
 

@@ -338,9 +338,9 @@ def bench_long(args: argparse.Namespace, device: torch.device, rows: list[dict],
 
 
 def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tuple[ModelCase, ModelCase]]:
-    """The (without, with TISA) pairs of a section in one dtype: each implementation, shape and (in training)
-    attention dropout rate. `replace` and `replace-train` read one input of each length, on the implementations that
-    have a route past the position table (eager has none: it builds the full bias)."""
+    """The (without, with TISA) pairs of a section in one dtype: each architecture, implementation, shape and (in
+    training) attention dropout rate. `replace` and `replace-train` read one input of each length, on the
+    implementations that have a route past the position table (eager has none: it builds the full bias)."""
     if section in REPLACE_SECTIONS:
         shapes = [(1, length) for length in args.replace_lengths]
         implementations = [name for name in args.implementations if name != "eager"]
@@ -351,9 +351,12 @@ def model_cases(args: argparse.Namespace, section: str, dtype: str) -> list[tupl
     settings = {"sdpa_backend": args.sdpa_backend, "layers": args.layers}
     return [
         tuple(
-            ModelCase(section, implementation, batch, length, tisa, dtype, args.device, dropout, **settings)
+            ModelCase(
+                section, implementation, batch, length, tisa, dtype, args.device, dropout, **settings, architecture=name
+            )
             for tisa in (False, True)
         )
+        for name in args.architectures
         for implementation in implementations
         for batch, length in shapes
         for dropout in dropouts
@@ -376,18 +379,20 @@ def format_table(results: dict) -> str:
         ]
     model_rows = [row for section in MODEL_SECTIONS for row in results.get(section, [])]
     if model_rows:
-        header = f"{'section':<13} {'attn':<6} {'shape':>9} {'dtype':<9} {'drop':>4} {'plain ms':>9} {'tisa ms':>9}"
+        header = f"{'section':<13} {'model':<10} {'attn':<6} {'shape':>9} {'dtype':<9} {'drop':>4}"
+        header += f" {'plain ms':>9} {'tisa ms':>9}"
         header += f" {'ratio':>6} {'plain MiB':>10} {'tisa MiB':>9} {'ratio':>6}"
         lines += ["", header]
         for row in model_rows:
-            line = f"{row['section']:<13} {row['implementation']:<6} {row['batch']:>3}x{row['length']:<5} "
+            line = f"{row['section']:<13} {row['architecture']:<10} {row['implementation']:<6} "
+            line += f"{row['batch']:>3}x{row['length']:<5} "
             line += f"{row['dtype']:<9} {row['dropout']:>4g} {row['plain']:>9.1f} {row['tisa']:>9.1f}"
             line += f" {row['time_ratio']:>6.3f}"
             if "memory_ratio" in row:
                 line += f" {row['plain_peak_mib']:>10.0f} {row['tisa_peak_mib']:>9.0f} {row['memory_ratio']:>6.3f}"
             lines.append(line)
             if "compiled_time_ratio" in row:
-                line = f"{'':<13} {'compiled':<31} {row['plain_compiled']:>9.1f} {row['tisa_compiled']:>9.1f}"
+                line = f"{'':<13} {'':<10} {'compiled':<31} {row['plain_compiled']:>9.1f} {row['tisa_compiled']:>9.1f}"
                 line += f" {row['compiled_time_ratio']:>6.3f}"
                 if "compiled_memory_ratio" in row:
                     line += f" {row['plain_compiled_peak_mib']:>10.0f} {row['tisa_compiled_peak_mib']:>9.0f}"
@@ -474,7 +479,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         )
     if "long" in args.sections and args.long_model:
         check_long_model(args.long_model)
+    check_architectures(args)
     return args
+
+
+def check_architectures(args: argparse.Namespace) -> None:
+    """--architectures other than BERT are timed by the model sections alone (`--profile` and `long` time BERT and
+    the packaged MiniLM)."""
+    others = [name for name in args.architectures if name != "bert"]
+    if others and args.profile:
+        raise UsageError(
+            f"--architectures {' '.join(others)}: --profile profiles BERT's step; leave --architectures out, or "
+            "--profile out to time them."
+        )
+    if others and not set(args.sections) & set(MODEL_SECTIONS):
+        raise UsageError(
+            f"--architectures {' '.join(others)} are timed by the sections {', '.join(MODEL_SECTIONS)}; add one of "
+            "them to --sections (long reads the packaged MiniLM)."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
-"""The models `tisa-hf bench` and its `--profile` measure, and the step each runs: a BERT-base shape, plain or with
-TISA, for a training or an inference step; for `long`, the packaged MiniLM with TISA replace S=5, with position
-interpolation, or reading 512-token chunks."""
+"""The models `tisa-hf bench` and its `--profile` measure, and the step each runs: a BERT-base shape (BERT, or a RoPE
+encoder at BERT base's size), plain or with TISA, for a training or an inference step; for `long`, the packaged
+MiniLM with TISA replace S=5, with position interpolation, or reading 512-token chunks."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import transformers
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertModel
+from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    MODEL_MAPPING_NAMES,
+)
 
 from ..attention import BANDED, DEFAULT_SDPA_POLICY, FUSED_SDPA_POLICY, SDPA_POLICY_KWARG
 from ..common.long_inputs import PositionInterpolation
@@ -47,6 +52,7 @@ class ModelCase:
     compile_backend: str | None = None  # not long: the model run through torch.compile with this backend
     sdpa_backend: str | None = None  # the only SDPA backend PyTorch may pick ("efficient": a Turing GPU's), or any
     layers: int = 12  # train, infer, replace, replace-train: the BERT-base-shaped model's layers
+    architecture: str = "bert"  # train, infer, replace, replace-train: the encoder (a transformers model type)
 
     @property
     def training(self) -> bool:
@@ -54,7 +60,8 @@ class ModelCase:
         return self.section in TRAINING_SECTIONS
 
     def label(self) -> str:
-        label = f"{self.section} {self.implementation} {self.batch}x{self.length} {self.dtype}"
+        model = self.section if self.architecture == "bert" else f"{self.section} {self.architecture}"
+        label = f"{model} {self.implementation} {self.batch}x{self.length} {self.dtype}"
         if self.training:
             label += f" dropout {self.dropout:g}"
         if self.layers != BERT_BASE_SIZES["num_hidden_layers"] and self.section != "long":
@@ -95,6 +102,51 @@ def bert_base_config(implementation: str, dropout: float, max_positions: int = 5
     return config
 
 
+# The RoPE encoders at BERT base's size, with BERT's vocabulary and padding id (GTE's default vocabulary has 250,048
+# words, EuroBERT's 128,256: the optimizer's step over so large an embedding would thin every training ratio).
+ROTARY_BASE_SIZES = {"num_attention_heads": 12, "hidden_size": 768, "vocab_size": 30522, "pad_token_id": 0}
+# BERT's ids of the special tokens an architecture's config names, in place of its own, which lie outside BERT's
+# vocabulary (transformers warns of them).
+BERT_SPECIAL_TOKENS = {
+    "bos_token_id": 101,
+    "cls_token_id": 101,
+    "eos_token_id": 102,
+    "sep_token_id": 102,
+    "mask_token_id": 103,
+}
+# Where each RoPE encoder's config keeps its attention dropout rate.
+ATTENTION_DROPOUT_NAMES = {
+    "modernbert": "attention_dropout",
+    "nomic_bert": "attention_probs_dropout_prob",
+    "gte": "attention_probs_dropout_prob",
+    "eurobert": "attention_dropout",
+}
+
+
+def rotary_base_config(architecture: str, implementation: str, dropout: float, layers: int) -> PretrainedConfig:
+    """A RoPE encoder's config at BERT base's size, its own defaults otherwise (ModernBERT's global layer every
+    third, its 128-token local window, its gated MLP of width 1,152)."""
+    defaults = AutoConfig.for_model(architecture)
+    tokens = {name: token for name, token in BERT_SPECIAL_TOKENS.items() if getattr(defaults, name, None) is not None}
+    config = AutoConfig.for_model(
+        architecture,
+        **ROTARY_BASE_SIZES,
+        **tokens,
+        num_hidden_layers=layers,
+        num_labels=2,
+        problem_type="single_label_classification",
+    )
+    setattr(config, ATTENTION_DROPOUT_NAMES[architecture], dropout)
+    config._attn_implementation = attention_implementation(implementation)
+    return config
+
+
+def model_class(architecture: str, section: str) -> type[transformers.PreTrainedModel]:
+    """The stock class a section times: the encoder alone for `replace`, else its sequence classifier."""
+    table = MODEL_MAPPING_NAMES if section == "replace" else MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+    return getattr(transformers, table[architecture])
+
+
 def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.Module:
     """The model of a case, with weights fixed by the seed (so variants of one case share them): for `replace`, the
     encoder alone, for `replace-train`, `train` and `infer`, a classifier."""
@@ -102,9 +154,12 @@ def build_model(case: ModelCase, max_positions: int | None = None) -> torch.nn.M
     if case.section == "long":
         model = long_input_model(case)
     else:
-        config = bert_base_config(case.implementation, case.dropout, max_positions or 512)
-        config.num_hidden_layers = case.layers
-        model = (BertModel if case.section == "replace" else BertForSequenceClassification)(config)
+        if case.architecture == "bert":
+            config = bert_base_config(case.implementation, case.dropout, max_positions or 512)
+            config.num_hidden_layers = case.layers
+        else:
+            config = rotary_base_config(case.architecture, case.implementation, case.dropout, case.layers)
+        model = model_class(case.architecture, case.section)(config)
         if case.tisa:
             mode = "replace" if case.section in REPLACE_SECTIONS else "add"
             patch(model, TisaConfig(num_kernels=TISA_KERNELS, mode=mode, init="random"))
@@ -189,8 +244,9 @@ def step_function(case: ModelCase, model: torch.nn.Module) -> Callable[[], None]
 
 
 def reference_positions(case: ModelCase) -> int | None:
-    """The reference model of `replace` and `replace-train` has its position table enlarged to the input length."""
-    return case.length if case.section in REPLACE_SECTIONS and not case.tisa else None
+    """The reference model of `replace` and `replace-train` has its position table enlarged to the input length (a
+    RoPE encoder has none: its stock class rotates at any position)."""
+    return case.length if case.section in REPLACE_SECTIONS and not case.tisa and case.architecture == "bert" else None
 
 
 def synchronize(device: torch.device) -> None:

@@ -7,6 +7,8 @@ import argparse
 
 from ..common.options import add_device_argument, dropout_rate, non_negative_int, positive_int
 
+# `--architectures`: the encoders the model sections time against their stock classes, BERT and the RoPE encoders.
+BENCH_ARCHITECTURES = ("bert", "modernbert", "nomic_bert", "gte", "eurobert")
 BENCH_SECTIONS = ("bias", "train", "infer", "replace", "replace-train", "long")
 BENCH_DEFAULT_SECTIONS = ("bias", "train", "infer", "replace")
 # The shapes `train` and `infer` time: small ones, and fine-tuning's own (GLUE at 32 x 128, SQuAD at 24 x 384, full
@@ -46,6 +48,15 @@ def bench_parser() -> argparse.ArgumentParser:
         help=f"default: {' '.join(BENCH_DEFAULT_SECTIONS)} (replace only where sdpa or fused is timed; "
         "replace-train: TISA replace training steps against the enlarged table; long takes minutes a length: ask for "
         "them)",
+    )
+    parser.add_argument(
+        "--architectures",
+        nargs="+",
+        choices=BENCH_ARCHITECTURES,
+        default=[BENCH_ARCHITECTURES[0]],
+        help="train, infer, replace, replace-train: the encoders timed, each with TISA against its stock class at "
+        "BERT base's size (12 layers, 768 wide, 12 heads; the RoPE encoders with their own settings otherwise and "
+        "BERT's vocabulary) (default: bert)",
     )
     parser.add_argument(
         "--implementations",
