@@ -61,6 +61,21 @@ class TisaModelMixin:
         if bias is not None and not bias.amplitude.is_meta:  # built to be trained, not to be loaded
             initialize_tisa(base, adapter)
 
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        """Whether transformers treats the class as code from outside its package: as the stock class it extends.
+
+        transformers takes a class defined outside its package for remote code, and then leaves a module whose own
+        parameters are all initialised (a module with none, too) to itself, so a parent's `_init_weights` that
+        initialises its children (ModernBERT's attention and MLP) never runs on loading: the weights a checkpoint
+        lacks would start from another distribution than the stock class gives them."""
+        stock = next(
+            base
+            for base in cls.__mro__[1:]
+            if issubclass(base, PreTrainedModel) and not issubclass(base, TisaModelMixin)
+        )
+        return stock.is_custom_code()
+
     def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
         """transformers' check of the requested backend (TISA's name for it, `tisa_sdpa`, read as `sdpa`), refusing
         the backends that cannot add a bias to the logits; its other arguments pass through as they came (their
