@@ -5,14 +5,16 @@ card, and the sentence-transformers conversion, on the tiny checkpoints of `rope
 from __future__ import annotations
 
 import pickle
+from unittest.mock import patch
 
 import pytest
 import torch
+import transformers
 import transformers.models.auto.modeling_auto as auto_models
-from transformers import AutoModel, BertTokenizerFast
+from transformers import AutoModel, BertTokenizerFast, PreTrainedModel
 
 import tisa_hf
-from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, WORDS, requires_extra
+from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, WORDS, requires_extra, tiny_rope_config
 from tisa_hf import TisaConfig
 from tisa_hf.adapters import adapter_for
 from tisa_hf.modeling import tisa_model_class
@@ -243,3 +245,34 @@ def test_a_multi_vector_encoder_of_a_rope_model_reads_past_its_rotary_range(rope
     encoder = MultiVectorEncoder(str(tmp_path / "multi"), device="cpu")
     vectors = encoder.encode_document([" ".join(WORDS)])[0]
     assert vectors.shape[0] == len(WORDS) and torch.isfinite(torch.as_tensor(vectors)).all()
+
+
+@pytest.mark.parametrize("rope_model_type", ROPE_MODEL_TYPES)
+def test_weights_a_checkpoint_lacks_start_as_the_stock_class_draws_them(rope_model_type):
+    """Loading a TISA class without weights draws the encoder's and head's weights as the stock class does (ModernBERT's
+    attention and MLP from their parent's truncated normal), seeded alike: the kernels aside, which TISA sets after
+    transformers' initialisation."""
+    stock_class = getattr(
+        transformers, adapter_for(rope_model_type).base_model_class_name.replace("Model", "ForMaskedLM")
+    )
+    config = tiny_rope_config(rope_model_type)
+
+    def loaded(model_class: type, config) -> dict[str, torch.Tensor]:
+        with patch.object(PreTrainedModel, "_initialize_weights", seeded(PreTrainedModel._initialize_weights)):
+            model = model_class.from_pretrained(None, config=config, state_dict={})
+        return {name: value for name, value in model.state_dict().items() if ".tisa." not in name}
+
+    stock = loaded(stock_class, config)
+    tisa = loaded(tisa_model_class(stock_class), tisa_hf.tisa_model_config(config, TisaConfig(**RANDOM)))
+    assert stock.keys() == tisa.keys()
+    assert all(torch.equal(stock[name], tisa[name]) for name in stock)
+
+
+def seeded(initialize_weights):
+    """transformers' `_initialize_weights`, the random stream restarted at each module: two loads draw alike."""
+
+    def initialize(*args, **kwargs):
+        torch.manual_seed(42)
+        initialize_weights(*args, **kwargs)
+
+    return initialize
