@@ -40,7 +40,7 @@ class FusedRoute(SdpaRoute):
         if query.shape[-1] > limits.MAX_HEAD_DIM:
             return f"heads of {query.shape[-1]} exceed the Triton kernels' {limits.MAX_HEAD_DIM}"
         if call.length > limits.MAX_LENGTH:
-            return f"{call.length} tokens exceed the dropout counter's {limits.MAX_LENGTH}"
+            return f"{call.tokens} exceed the dropout counter's {limits.MAX_LENGTH} tokens"
         unsupported = call.packed_refusal() or call.unsupported_arguments_refusal()
         if unsupported is not None:
             return unsupported

@@ -63,6 +63,12 @@ class SdpaCall:
         return bool(getattr(self.module, "is_causal", False))
 
     @property
+    def tokens(self) -> str:
+        """The call's length as a refusal names it; inside a compiled graph without the number, which would fix the
+        graph to that length (formatting a symbolic size specialises it, and the next length compiles again)."""
+        return "this many tokens" if torch.compiler.is_compiling() else f"{self.length} tokens"
+
+    @property
     def is_square(self) -> bool:
         """As many queries as keys: no step on a KV cache."""
         return self.key.shape[2] == self.length
@@ -98,7 +104,7 @@ class SdpaCall:
         if self.kernels.needs_grad():
             return "a gradient reaches the kernels (it is an inference route)"
         if self.kernels.fits_cache(self.length, self.bias_dtype):
-            return f"every layer's bias at {self.length} tokens fits the kernels' cache, which holds it"
+            return f"every layer's bias at {self.tokens} fits the kernels' cache, which holds it"
         return None
 
 
