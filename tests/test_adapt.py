@@ -422,8 +422,8 @@ def test_heads_of_several_modules_are_refused_before_loading(model_type, workspa
     folder = tmp_path / model_type
     AutoModelForMaskedLM.from_config(tiny_config(model_type)).save_pretrained(folder)
     monkeypatch.setattr(adapt_run, "build_objective", lambda *args: pytest.fail("a model was loaded"))
-    argv = adapt_argv(workspace, tmp_path / "run", "--objective", "mlm")
-    argv[argv.index("--model") + 1] = str(folder)
+    argv = adapt_argv(workspace, tmp_path / "run", "--objective", "mlm", "--tokenizer", str(workspace / "bert"))
+    argv[argv.index("--model") + 1] = str(folder)  # a model folder without a tokenizer: the tokenizer comes apart
     assert adapt_main(argv) == 2
     error = capsys.readouterr().err
     assert "ForMaskedLM has no MLM head in one module (modules besides the encoder: " in error
