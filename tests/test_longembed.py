@@ -15,7 +15,9 @@ from embedding_fixtures import parse_systems_then_options, record_loaded_systems
 from transformers import AutoModel
 
 from tests.fixtures import WORDS
+from tisa_hf.common.hub_access import model_remedy
 from tisa_hf.common.long_inputs import chunks_of
+from tisa_hf.common.saved_files import TOKENIZER_FILES
 from tisa_hf.common.text import tokenize_articles
 from tisa_hf.config import TisaConfig
 from tisa_hf.errors import UsageError
@@ -281,8 +283,9 @@ def test_bad_requests_fail_in_one_line_before_any_model_loads(workspace, tmp_pat
             f"or read longer documents with trunc:{tiny}, chunk:{tiny}, interp:{tiny} or a replace-mode model."
         ),
         (f"trunc:{tiny}", f"chunk:{no_tokenizer}"): (
-            f"chunk:{no_tokenizer}: {no_tokenizer} has no tokenizer (no vocabulary beyond the special tokens); save "
-            "the model's tokenizer there with tokenizer.save_pretrained(...)."
+            f"chunk:{no_tokenizer}: model {no_tokenizer} is a model folder without a tokenizer (none of "
+            f"{', '.join(TOKENIZER_FILES)}), as save_pretrained writes a model alone; save the tokenizer it was "
+            f"trained with into it (tokenizer.save_pretrained({str(no_tokenizer)!r})), or {model_remedy('model')}."
         ),
         (f"tisa:sideways:2:{tiny}",): (
             f"tisa:sideways:2:{tiny}: write tisa:MODE:S:MODEL, MODE add or replace and S a whole number."
