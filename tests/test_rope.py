@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, ModernBertModel
 
 import tisa_hf
 import tisa_hf.attention as attention
-from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, RecordingRoute, tiny_config, tiny_rope_config
+from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, RecordingRoute, requires_extra, tiny_config, tiny_rope_config
 from tisa_hf import TisaConfig
 from tisa_hf.adapters import ADAPTERS, adapter_for
 from tisa_hf.adapters.modernbert import ModernBertAdapter
@@ -205,6 +205,7 @@ def test_the_sliding_window_hides_keys_outside_it_on_every_route(monkeypatch, ro
     assert not torch.allclose(outputs[0], outputs[2])
 
 
+@requires_extra("analysis")
 def test_analyze_and_compare_refuse_a_rope_encoder_in_one_line(rope_checkpoint, tmp_path, capsys):
     from tisa_hf.commands.cli import main
 
