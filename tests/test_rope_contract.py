@@ -194,6 +194,7 @@ def test_patch_in_memory_matches_loading(rope_checkpoint):
 
 
 @EACH_SLOW_BUT_MODERNBERT
+@requires_extra("finetune")  # transformers' Trainer needs accelerate
 def test_trainer_moves_the_kernels_and_the_saved_model_reloads(rope_checkpoint, tmp_path):
     from torch.utils.data import Dataset
     from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
