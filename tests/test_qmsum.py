@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from embedding_fixtures import WORDS, parse_systems_then_options, record_loaded_systems, write_tiny_encoder
 from transformers import AutoTokenizer
 
+from tests.fixtures import write_wikitext
 from tisa_hf.errors import UsageError
 
 pytest.importorskip("sentence_transformers")
@@ -360,7 +361,10 @@ def test_the_max_readout_is_refused_where_a_text_is_one_vector(workspace, tmp_pa
     assert str(error.value) == (
         f"max:trunc:{tiny}: a truncated document is one window; max: reads MODEL, chunk:MODEL or interp:MODEL."
     )
-    args = longembed_parser().parse_args([f"max:chunk:{tiny}", "--out", str(tmp_path / "le"), "--lengths", "32"])
+    text = write_wikitext(tmp_path / "text.txt")
+    args = longembed_parser().parse_args(
+        [f"max:chunk:{tiny}", "--out", str(tmp_path / "le"), "--lengths", "32", "--text", str(text)]
+    )
     with pytest.raises(UsageError) as error:
         LongEmbedRetrieval(args)
     assert str(error.value) == (
