@@ -273,14 +273,20 @@ def test_a_model_names_its_policy_in_its_config_and_keeps_it_when_saved(monkeypa
 
 
 def test_the_fused_route_says_which_condition_a_call_lacks(monkeypatch):
-    """One condition changed at a time (the device, the dtype, the mask), each with its own reason."""
+    """One condition changed at a time (Triton, the device, the dtype, the mask), each with its own reason.
+
+    The route's refusal reads only flags, so the test runs where Triton is absent (torch's CPU wheels) too.
+    """
     monkeypatch.setattr(attention.fused_route.limits, "TRITON_INTERPRETED", False)
+    monkeypatch.setattr(attention.fused_route.limits, "TRITON_FOUND", False)
     kernels = TisaPositionBias(1, 2, 1)
     query = torch.zeros(1, 2, 8, 16)
 
     def refusal(query=query, mask=None):
         return attention.FUSED.refusal(attention.SdpaCall(query, query, query, mask, 0.0, None, kernels, 0))
 
+    assert refusal() == "Triton is not installed"
+    monkeypatch.setattr(attention.fused_route.limits, "TRITON_FOUND", True)
     assert refusal() == "the query is on cpu: the Triton kernels run on CUDA (on the CPU interpreted only)"
     monkeypatch.setattr(attention.fused_route.limits, "TRITON_INTERPRETED", True)
     assert refusal() is None
