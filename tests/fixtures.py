@@ -30,6 +30,8 @@ from transformers import (
     ModernBertConfig,
     NomicBertConfig,
     RobertaConfig,
+    Trainer,
+    TrainingArguments,
     XLMRobertaConfig,
 )
 
@@ -313,3 +315,33 @@ def enable_activation_checkpointing(model) -> None:
     from 5.23, `gradient_checkpointing_enable` before)."""
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     enable()
+
+
+class FirstTokenTask(torch.utils.data.Dataset):
+    """Label 1 when the first token id is in the upper half of ids `low` to `vocab_size`: learnable in a few steps."""
+
+    def __init__(self, size: int = 32, vocab_size: int = 50, low: int = 0):
+        self.inputs = torch.randint(low, vocab_size, (size, 12), generator=torch.Generator().manual_seed(1))
+        self.threshold = (low + vocab_size) // 2
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.inputs[index], "labels": (self.inputs[index, 0] > self.threshold).long()}
+
+
+def short_trainer(model, task: FirstTokenTask, output_dir: Path, max_steps: int) -> Trainer:
+    """transformers' `Trainer` for `max_steps` steps of 8 on the CPU, saving and reporting nothing (accelerate, the
+    finetune extra, must be installed)."""
+    arguments = TrainingArguments(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=8,
+        learning_rate=1e-2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    return Trainer(model=model, args=arguments, train_dataset=task)

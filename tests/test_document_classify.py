@@ -212,7 +212,7 @@ def test_add_mode_beyond_the_table_is_refused_before_training(workspace, tmp_pat
     assert main(argv(workspace, out, "--tisa.mode", "add")) == 2
     assert capsys.readouterr().err == (
         f"tisa-hf classify: --max-seq-length {LENGTH} exceeds the position table of {workspace / 'bert'}, {TABLE} "
-        f"positions (TISA mode='add' keeps it); use --tisa.mode replace (no position table: any length), or "
+        f"positions (TISA mode='add' keeps it); use --tisa.mode replace, which reads any length, or "
         f"--max-seq-length {TABLE} or less.\n"
     )
     assert not out.exists()

@@ -69,7 +69,7 @@ def test_lengths_beyond_the_position_table_need_replace_mode():
         check_sequence_length(config, 65, name="tiny")
     assert str(caught.value) == (
         "--max-seq-length 65 exceeds the position table of tiny, 64 positions (no TISA); use TISA in replace mode "
-        "(--tisa.num_kernels 5 --tisa.mode replace) (no position table: any length), or --max-seq-length 64 or less."
+        "(--tisa.num_kernels 5 --tisa.mode replace), which reads any length, or --max-seq-length 64 or less."
     )
     with pytest.raises(UsageError, match=r"64 positions \(TISA mode='add' keeps it\)"):
         check_sequence_length(config, 65, TisaConfig(num_kernels=2, mode="add"))

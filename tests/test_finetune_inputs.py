@@ -244,7 +244,7 @@ def test_a_length_beyond_the_position_table_is_refused_unless_replace_mode(
     assert glue(glue_argv(workspace, tmp_path / "run", "--max-seq-length", "65")) == 2
     assert error_line(capsys) == (
         f"tisa-hf glue: --max-seq-length 65 exceeds the position table of {model}, 64 positions (no TISA); use "
-        "TISA in replace mode (--tisa.num_kernels 5 --tisa.mode replace) (no position table: any length), or "
+        "TISA in replace mode (--tisa.num_kernels 5 --tisa.mode replace), which reads any length, or "
         "--max-seq-length 64 or less."
     )
     add = ("--tisa.num_kernels", "2", "--tisa.init", "random")

@@ -16,6 +16,7 @@ from tisa_hf import TisaConfig
 from tisa_hf.adapters import ADAPTERS, adapter_for
 from tisa_hf.adapters.modernbert import ModernBertAdapter
 from tisa_hf.adapters.positions import profile_text
+from tisa_hf.common.checkpoints import CheckpointFacts, check_sequence_length
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
 
@@ -224,3 +225,19 @@ def test_length_scaling_is_refused_on_sliding_window_layers(rope_checkpoints):
     ).eval()
     with pytest.raises(UsageError, match="in a sliding-window layer .ModernBERT's local layers. holds"):
         model(torch.randint(5, 99, (1, 12)))
+
+
+def test_the_tools_read_a_rope_encoder_up_to_its_rotary_range_and_say_so(rope_checkpoint):
+    """A command reads a plain or `add` RoPE encoder up to `max_position_embeddings`, the range it was trained on,
+    and names that range in its refusal; `replace` reads any length."""
+    facts = CheckpointFacts.read(rope_checkpoint)
+    assert (facts.table_length, facts.positions.describes) == (ROPE_RANGE, "rotary range")
+    check_sequence_length(facts.config, ROPE_RANGE, TisaConfig())
+    check_sequence_length(facts.config, 4 * ROPE_RANGE, TisaConfig(mode="replace"))
+    with pytest.raises(UsageError) as refusal:
+        check_sequence_length(facts.config, ROPE_RANGE + 1, TisaConfig(), name="tiny")
+    assert str(refusal.value) == (
+        f"--max-seq-length {ROPE_RANGE + 1} exceeds the rotary range of tiny, {ROPE_RANGE} positions (TISA "
+        f"mode='add' keeps it); use --tisa.mode replace, which reads any length, or --max-seq-length {ROPE_RANGE} "
+        "or less."
+    )

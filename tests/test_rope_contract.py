@@ -14,9 +14,18 @@ import transformers.models.auto.modeling_auto as auto_models
 from transformers import AutoModel, BertTokenizerFast, PreTrainedModel
 
 import tisa_hf
-from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, WORDS, requires_extra, tiny_rope_config
+from tests.fixtures import (
+    ROPE_MODEL_TYPES,
+    ROPE_RANGE,
+    WORDS,
+    FirstTokenTask,
+    requires_extra,
+    short_trainer,
+    tiny_rope_config,
+)
 from tisa_hf import TisaConfig
 from tisa_hf.adapters import adapter_for
+from tisa_hf.errors import UsageError
 from tisa_hf.modeling import tisa_model_class
 
 pytestmark = pytest.mark.core
@@ -172,7 +181,14 @@ def test_a_sentence_transformer_takes_tisa_and_round_trips(rope_checkpoint, mode
     again = SentenceTransformer(str(tmp_path / "tisa"), device="cpu")
     assert again.max_seq_length == model.max_seq_length
     torch.testing.assert_close(again.encode([text], convert_to_tensor=True), expected, rtol=0, atol=1e-6)
-    assert (tmp_path / "tisa" / "README.md").is_file()
+    card = (tmp_path / "tisa" / "README.md").read_text()
+    if mode == "add":
+        assert "it reads at most its rotary range's length." in card
+        with pytest.raises(UsageError, match=rf"^max_seq_length {ROPE_RANGE + 1} is longer than the rotary range "):
+            fresh = SentenceTransformer(str(folder), device="cpu")
+            to_tisa_sentence_transformer(fresh, TisaConfig(**RANDOM), max_seq_length=ROPE_RANGE + 1)
+    else:
+        assert "reads inputs of any length" in card
 
 
 def test_the_stock_model_extrapolates_and_tisa_add_does_the_same(rope_checkpoint):
@@ -196,37 +212,18 @@ def test_patch_in_memory_matches_loading(rope_checkpoint):
 @EACH_SLOW_BUT_MODERNBERT
 @requires_extra("finetune")  # transformers' Trainer needs accelerate
 def test_trainer_moves_the_kernels_and_the_saved_model_reloads(rope_checkpoint, tmp_path):
-    from torch.utils.data import Dataset
-    from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+    from transformers import AutoModelForSequenceClassification
 
-    class FirstTokenTask(Dataset):
-        inputs = torch.randint(5, 99, (16, 12), generator=torch.Generator().manual_seed(1))
-
-        def __len__(self) -> int:
-            return len(self.inputs)
-
-        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-            return {"input_ids": self.inputs[index], "labels": (self.inputs[index, 0] > 50).long()}
-
+    task = FirstTokenTask(size=16, vocab_size=99, low=5)
     model = AutoModelForSequenceClassification.from_pretrained(rope_checkpoint, num_labels=2, tisa=TisaConfig(**RANDOM))
     start = model.base_model.tisa.amplitude.detach().clone()
-    arguments = TrainingArguments(
-        output_dir=str(tmp_path / "trainer"),
-        max_steps=2,
-        per_device_train_batch_size=8,
-        learning_rate=1e-2,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    trainer = Trainer(model=model, args=arguments, train_dataset=FirstTokenTask())
+    trainer = short_trainer(model, task, tmp_path / "trainer", max_steps=2)
     trainer.train()
     assert not torch.equal(model.base_model.tisa.amplitude.detach(), start)
     trainer.save_model(str(tmp_path / "saved"))
     reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved").eval()
     with torch.no_grad():
-        inputs = FirstTokenTask.inputs[:4]
+        inputs = task.inputs[:4]
         assert torch.equal(model.eval()(input_ids=inputs).logits, reloaded(input_ids=inputs).logits)
 
 
@@ -277,3 +274,32 @@ def seeded(initialize_weights):
         initialize_weights(*args, **kwargs)
 
     return initialize
+
+
+@requires_extra("finetune")
+def test_adapt_distills_a_rope_student_past_its_teachers_rotary_range(rope_checkpoints, tmp_path):
+    """`tisa-hf adapt` on a ModernBERT base: the stock teacher reads the blocks past its rotary range in windows of
+    that range, the `replace` student learns its kernels, and the adapted folder loads with them."""
+    from safetensors.torch import load_file
+
+    from tests.fixtures import write_wikitext
+    from tisa_hf.adapt import adapt_task
+    from tisa_hf.adapt.arguments import ADAPT_ARGUMENTS
+    from tisa_hf.finetune.arguments import parse_arguments
+
+    base = tmp_path / "base"
+    AutoModel.from_pretrained(rope_checkpoints["modernbert"]).save_pretrained(base)
+    write_tokenizer(base)
+    argv = [
+        "--model", str(base), "--train-text", str(write_wikitext(tmp_path / "text.txt")), "--output-dir",
+        str(tmp_path / "adapted"), "--lengths", str(ROPE_RANGE), str(3 * ROPE_RANGE), "--max-steps", "2",
+        "--train-batch-size", "2", "--eval-batch-size", "4", "--tisa.num_kernels", "2", "--tisa.init", "random",
+        "--no-tracking", "--checkpoint-steps", "0",
+    ]  # fmt: skip
+    record = adapt_task.run(*parse_arguments(ADAPT_ARGUMENTS, argv, prog="test"))
+    assert record["adaptation"]["teacher_table"] == ROPE_RANGE
+    assert [stage["length"] for stage in record["adaptation"]["curriculum"]] == [ROPE_RANGE, 3 * ROPE_RANGE]
+    adapted = AutoModel.from_pretrained(tmp_path / "adapted")
+    assert tisa_hf.tisa_config_of(adapted).mode == "replace"
+    start = AutoModel.from_pretrained(base, tisa=TisaConfig(mode="replace", **RANDOM)).tisa.amplitude.detach()
+    assert not torch.equal(load_file(tmp_path / "adapted" / "model.safetensors")["tisa.amplitude"], start)

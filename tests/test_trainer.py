@@ -2,29 +2,10 @@
 the saved model reloads with the same logits."""
 
 import torch
-from torch.utils.data import Dataset
-from transformers import (
-    AutoModelForSequenceClassification,
-    BertForSequenceClassification,
-    Trainer,
-    TrainingArguments,
-)
+from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
 import tisa_hf
-from tests.fixtures import tiny_config
-
-
-class FirstTokenTask(Dataset):
-    """Label 1 when the first token id is above 25: learnable in a few steps."""
-
-    def __init__(self, size: int = 32):
-        self.inputs = torch.randint(0, 50, (size, 12), generator=torch.Generator().manual_seed(1))
-
-    def __len__(self) -> int:
-        return len(self.inputs)
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.inputs[index], "labels": (self.inputs[index, 0] > 25).long()}
+from tests.fixtures import FirstTokenTask, short_trainer, tiny_config
 
 
 def test_trainer_trains_saves_and_reloads_a_tisa_model(tmp_path):
@@ -33,17 +14,7 @@ def test_trainer_trains_saves_and_reloads_a_tisa_model(tmp_path):
     tisa = tisa_hf.TisaConfig(num_kernels=2, init="random")
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "pretrained", tisa=tisa)
     start = {name: value.detach().clone() for name, value in model.base_model.tisa.named_parameters()}
-    arguments = TrainingArguments(
-        output_dir=str(tmp_path / "trainer"),
-        max_steps=4,
-        per_device_train_batch_size=8,
-        learning_rate=1e-2,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    trainer = Trainer(model=model, args=arguments, train_dataset=FirstTokenTask())
+    trainer = short_trainer(model, FirstTokenTask(), tmp_path / "trainer", max_steps=4)
     trainer.train()
 
     optimized = {id(parameter) for group in trainer.optimizer.param_groups for parameter in group["params"]}

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedConfig, PreTrainedModel
 
-from .adapters import EncoderAdapter, find_base_model
+from .adapters import EncoderAdapter, PositionScheme, adapter_for, find_base_model
 from .attention.sites import SiteConfig
 from .config import TisaConfig
 from .fitting import fit_kernels
@@ -156,6 +156,23 @@ def position_table_length(base: PreTrainedModel, adapter: EncoderAdapter) -> int
 def model_table_length(model: nn.Module) -> int:
     """`position_table_length` of `model` (any model with a supported encoder inside)."""
     return position_table_length(*find_base_model(model))
+
+
+def reading_range(model: nn.Module) -> tuple[int, str]:
+    """`model_table_length` of `model` and what holds those positions ("position table" or "rotary range"), for the
+    tools' limits and their messages."""
+    base, adapter = find_base_model(model)
+    return position_table_length(base, adapter), adapter.positions.describes
+
+
+def model_position_scheme(model: nn.Module) -> PositionScheme:
+    """How the encoder inside `model` knows position (a table or rotary embeddings), for the tools' messages."""
+    return find_base_model(model)[1].positions
+
+
+def config_position_scheme(config: PreTrainedConfig) -> PositionScheme:
+    """`model_position_scheme` of the architecture `config` describes; a ValueError for one TISA does not support."""
+    return adapter_for(config.model_type).positions
 
 
 def config_table_length(config: PreTrainedConfig) -> int:

@@ -99,8 +99,8 @@ def _check_lengths(
     if not reads_any_length(tisa):
         kept_by = "TISA mode='add'" if tisa is not None else "the unpatched model"
         raise UsageError(
-            f"--lengths has {longest} tokens but {facts.name}'s position table holds {table}, which {kept_by} keeps; "
-            f"use --tisa.mode replace, or lengths <= {table}."
+            f"--lengths has {longest} tokens but {facts.name}'s {facts.positions.describes} holds {table}, which "
+            f"{kept_by} keeps; use --tisa.mode replace, or lengths <= {table}."
         )
 
 

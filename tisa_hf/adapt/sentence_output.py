@@ -40,7 +40,7 @@ def sentence_output_limit(facts: CheckpointFacts, tisa: TisaConfig | None, adapt
         return max(adapt_args.lengths)
     if not reads_any_length(tisa) and requested > facts.table_length:
         raise UsageError(
-            f"--embedding-max-length {requested} is longer than {facts.name}'s position table "
+            f"--embedding-max-length {requested} is longer than {facts.name}'s {facts.positions.describes} "
             f"({facts.table_length} positions), which TISA mode='add' keeps; ask for at most {facts.table_length}, "
             "or use --tisa.mode replace, which reads any length."
         )

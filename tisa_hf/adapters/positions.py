@@ -5,8 +5,9 @@ adapter returns (`EncoderAdapter.positions`), the one home of every position fac
   inputs longer than it; `replace` makes every lookup its rows' mean, so any length reads. The positional profile is
   the logits of the mean word at each position (the TISA paper's F̂_P).
 - `RotaryPositions` (ModernBERT, NomicBERT, GTE, EuroBERT): the query and key are rotated by their positions (RoPE)
-  before the attention function; no table, no parameters. `add` keeps the rotation, and reads any length as the
-  stock model does (RoPE extrapolates past `max_position_embeddings` without error). `replace` makes the rotary
+  before the attention function; no table, no parameters. `add` keeps the rotation; the model runs past
+  `max_position_embeddings` as the stock one does (RoPE extrapolates without error), but the tools read at most
+  that range, the one it was trained on, as they read at most a table's rows. `replace` makes the rotary
   module return cos = 1, sin = 0 (times its magnitude scaling): q and k reach attention unrotated, bit for bit, at
   any length. The positional profile is each head's rotary part of the logit, (q_i·R(j-i)k_j - q_i·k_j)/sqrt(d), from
   the model's own queries and keys on text: for fixed content it is a function of the offset j - i, which TISA's
@@ -35,9 +36,11 @@ PROFILE_TEXT_SEQUENCES = 16
 
 
 class PositionScheme:
-    """What TISA asks of an encoder's position scheme. `describes` names its limit in messages."""
+    """What TISA asks of an encoder's position scheme. `describes` names its limit in messages; `replace_note` says
+    what `replace` mode leaves of its parameters, for model cards."""
 
     describes: str
+    replace_note: str
     # Why `tisa-hf analyze` and `compare`, whose analyses read a position table, cannot analyse this scheme (None:
     # they can).
     analysis_refusal: str | None = None
@@ -48,10 +51,6 @@ class PositionScheme:
 
     def trained_length(self, base: PreTrainedModel, adapter: EncoderAdapter) -> int:
         """Positions the pretrained model was built for: the table's rows for real tokens, or the rotary range."""
-        raise NotImplementedError
-
-    def reads_any_length(self, mode: str | None) -> bool:
-        """Whether the encoder reads inputs of any length with TISA `mode` (None: without TISA)."""
         raise NotImplementedError
 
     def positional_logits(
@@ -139,6 +138,10 @@ class PositionTable(PositionScheme):
     """A learned absolute position table (`EncoderAdapter.position_table`)."""
 
     describes = "position table"
+    replace_note = (
+        "In `replace` mode the position table is kept on disk but only its mean reaches the model, so it counts as "
+        "one vector."
+    )
 
     def apply_mode(self, base: PreTrainedModel, adapter: EncoderAdapter, mode: str) -> None:
         embeddings = adapter.embeddings(base)
@@ -154,9 +157,6 @@ class PositionTable(PositionScheme):
 
     def trained_length(self, base: PreTrainedModel, adapter: EncoderAdapter) -> int:
         return adapter.position_rows(base).shape[0]
-
-    def reads_any_length(self, mode: str | None) -> bool:
-        return mode == "replace"
 
     def positional_logits(
         self, base: PreTrainedModel, adapter: EncoderAdapter, length: int, input_ids: torch.Tensor | None
@@ -232,6 +232,7 @@ class RotaryPositions(PositionScheme):
     """Rotary position embeddings, applied to the query and key by each attention module (`base.rotary_emb`)."""
 
     describes = "rotary range"
+    replace_note = "Rotary position embeddings have no parameters; `replace` mode switches their rotation off."
     analysis_refusal = (
         "rotary position embeddings have no position table, which the analyses of tisa-hf analyze and compare read "
         "(its Toeplitzness, spectrum, attention indicators and variance); each head's rotary profile and its Toeplitz "
@@ -244,9 +245,6 @@ class RotaryPositions(PositionScheme):
 
     def trained_length(self, base: PreTrainedModel, adapter: EncoderAdapter) -> int:
         return base.config.max_position_embeddings
-
-    def reads_any_length(self, mode: str | None) -> bool:
-        return True
 
     def positional_logits(
         self, base: PreTrainedModel, adapter: EncoderAdapter, length: int, input_ids: torch.Tensor | None

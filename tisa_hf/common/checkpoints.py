@@ -1,8 +1,9 @@
 """What a checkpoint can do and how many tokens it reads, from its config alone, so that bad requests fail before
 any weights load; every command asks here.
 
-TISA `mode="replace"` has no position table, so no limit; a plain model and TISA `mode="add"` keep the table, and
-an input longer than it would fail in the first forward (or, for some architectures, index out of range).
+TISA `mode="replace"` reads any length, so no limit; a plain model and TISA `mode="add"` keep their position table,
+and an input longer than it would fail in the first forward (or, for some architectures, index out of range), or
+their rotary embeddings, which run past the range they were trained on but are read only inside it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from ..attaching import config_table_length
+from ..adapters import PositionScheme
+from ..attaching import config_position_scheme, config_table_length
 from ..config import TisaConfig
 from ..errors import UsageError
 from .hub_access import model_source
@@ -23,14 +25,16 @@ MLM_HEAD_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
 @dataclass(frozen=True)
 class CheckpointFacts:
     """`name` as given, its resolved `path`, its TISA settings (None: unpatched), whether it has an MLM head, how
-    many positions its table holds, its vocabulary size and whether it loads from the local cache only."""
+    many positions its encoder was built for (`table_length`) and how it knows them (`positions`), its vocabulary
+    size and whether it loads from the local cache only."""
 
     name: str
     path: str
     config: PreTrainedConfig
     tisa: TisaConfig | None
     has_mlm_head: bool
-    table_length: int
+    table_length: int  # positions the encoder was built for: its table's rows or its rotary range
+    positions: PositionScheme
     architectures: tuple[str, ...]
     vocab_size: int
     local_files_only: bool = False  # the Hub is out of reach, but its cache holds the model
@@ -54,6 +58,7 @@ class CheckpointFacts:
             tisa=TisaConfig.from_value(tisa) if tisa else None,
             has_mlm_head=any(name.endswith(MLM_HEAD_SUFFIXES) for name in architectures),
             table_length=config_table_length(config),
+            positions=config_position_scheme(config),
             architectures=architectures,
             vocab_size=config.vocab_size,
             local_files_only=source.local_files_only,
@@ -96,12 +101,13 @@ def check_sequence_length(
     table = position_limit(config, effective)
     if table is not None and length > table:
         why = "TISA mode='add' keeps it" if effective is not None else "no TISA"
+        describes = config_position_scheme(config).describes
         replace = (
             "--tisa.mode replace"
             if effective is not None
             else "TISA in replace mode (--tisa.num_kernels 5 --tisa.mode replace)"
         )
         raise UsageError(
-            f"--max-seq-length {length} exceeds the position table of {name}, {table} positions ({why}); use "
-            f"{replace} (no position table: any length), or --max-seq-length {table} or less."
+            f"--max-seq-length {length} exceeds the {describes} of {name}, {table} positions ({why}); use "
+            f"{replace}, which reads any length, or --max-seq-length {table} or less."
         )

@@ -12,7 +12,7 @@ from huggingface_hub import ModelCard, ModelCardData, errors
 from huggingface_hub.utils import validate_repo_id
 from transformers import PreTrainedModel
 
-from ..attaching import tisa_config_of
+from ..attaching import model_position_scheme, tisa_config_of
 from ..config import TisaConfig
 from ..packaged import MINILM_HUB_ID, is_packaged_minilm
 from .checkpoints import reads_any_length
@@ -151,12 +151,13 @@ def tisa_section(tisa: TisaConfig | None, without: str) -> str:
     return f"## TISA settings\n\n{settings}"
 
 
-def sentence_section(limit: int, tisa: TisaConfig | None) -> str:
-    """How many tokens the sentence-transformers model reads, and what changes it."""
+def sentence_section(limit: int, tisa: TisaConfig | None, describes: str) -> str:
+    """How many tokens the sentence-transformers model reads, and what changes it; `describes` names what holds the
+    encoder's positions ("position table" or "rotary range")."""
     if reads_any_length(tisa):
         beyond = "TISA mode `replace` reads inputs of any length: set `model.max_seq_length` to read more."
     else:
-        beyond = "The model keeps its position embeddings, so it reads at most its position table's length."
+        beyond = f"The model keeps its position embeddings, so it reads at most its {describes}'s length."
     return (
         "## Sentence embeddings\n\nThis folder is a sentence-transformers model. It reads the first "
         f"**{limit} tokens** of each input (`max_seq_length` in `sentence_bert_config.json`) and cuts the rest. "
@@ -213,7 +214,7 @@ def sentence_model_card(
     )
     sections = [title_section(str(folder), f"`{base_name}` {how}"), model_section(model, base_name)]
     sections.append(tisa_section(tisa, "None: the encoder has no TISA."))
-    sections.append(sentence_section(limit, tisa))
+    sections.append(sentence_section(limit, tisa, model_position_scheme(model).describes))
     if adapted:
         sections.append(adaptation_section(record))
     sections.append(usage_section(model, str(folder), sentence_model=True))

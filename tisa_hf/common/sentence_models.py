@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..attaching import model_table_length, tisa_config_of
+from ..attaching import reading_range, tisa_config_of
 from ..config import TisaConfig
 from ..errors import UsageError
 from ..packaged import resolve_model
@@ -49,10 +49,12 @@ def require_sentence_transformers() -> None:
         raise UsageError(f"This needs sentence-transformers, which is not installed; {INSTALL_HINT}.")
 
 
-def check_reading_limit(table: int, tisa: TisaConfig | None, requested: int | None, default: int | None) -> int:
-    """The `max_seq_length` of a model with a position table of `table` rows and TISA `tisa` (None: plain):
-    `requested`, checked against what the model reads, or when None the `default` capped at the table (a
-    `replace` model has no default: it reads any length)."""
+def check_reading_limit(
+    table: int, describes: str, tisa: TisaConfig | None, requested: int | None, default: int | None
+) -> int:
+    """The `max_seq_length` of a model built for `table` positions (its position table or rotary range, as
+    `describes` names it) with TISA `tisa` (None: plain): `requested`, checked against what the model reads, or when
+    None the `default` capped at `table` (a `replace` model has no default: it reads any length)."""
     if requested is not None and requested < 1:
         raise UsageError(f"max_seq_length must be at least 1 token; got {requested}.")
     if reads_any_length(tisa):
@@ -60,14 +62,14 @@ def check_reading_limit(table: int, tisa: TisaConfig | None, requested: int | No
             raise UsageError(
                 "A TISA replace-mode model reads inputs of any length, so give max_seq_length, the number of tokens "
                 f"to read (e.g. max_seq_length=4096); sentence-transformers would otherwise cut every input at the "
-                f"{table} positions of the unused position table."
+                f"{table} positions of its {describes}."
             )
         return requested
     limit = requested if requested is not None else min(default or table, table)
     if limit > table:
         reads = "TISA mode='add' keeps its position embeddings" if tisa else "the model has no TISA"
         raise UsageError(
-            f"max_seq_length {limit} is longer than the position table ({table} positions) and {reads}; ask for "
+            f"max_seq_length {limit} is longer than the {describes} ({table} positions) and {reads}; ask for "
             f"at most {table}, or convert with TisaConfig(mode='replace'), which reads any length."
         )
     return limit
@@ -109,9 +111,7 @@ def to_tisa_sentence_transformer(
     encoder = _transformer_of(model)
     if tisa_config_of(encoder) is not None:
         raise UsageError(f"The model already has TISA ({tisa_config_of(encoder)}); give the model it was made from.")
-    limit = check_reading_limit(
-        model_table_length(encoder), tisa, max_seq_length, model.max_seq_length
-    )  # before the fit
+    limit = check_reading_limit(*reading_range(encoder), tisa, max_seq_length, model.max_seq_length)  # before the fit
     patch(encoder, tisa)
     model.max_seq_length = limit
     return model
@@ -123,7 +123,7 @@ def save_sentence_transformer(model: SentenceTransformer, folder: str | Path) ->
     the base's (`write_card`)."""
     require_sentence_transformers()
     encoder = _transformer_of(model)
-    limit = check_reading_limit(model_table_length(encoder), tisa_config_of(encoder), model.max_seq_length, None)
+    limit = check_reading_limit(*reading_range(encoder), tisa_config_of(encoder), model.max_seq_length, None)
     folder = Path(folder)
     model.save(str(folder))
     record_reading_limit(folder, limit)
@@ -154,7 +154,7 @@ def write_sentence_transformer(
         raise UsageError(f"{folder} already holds a sentence-transformers model; choose another folder or overwrite.")
     base_folder, base_modules = _base_of(base)
     default = _transformer_settings(base_folder, base_modules).get("max_seq_length", tokenizer.model_max_length)
-    limit = check_reading_limit(model_table_length(model), tisa_config_of(model), max_seq_length, default)
+    limit = check_reading_limit(*reading_range(model), tisa_config_of(model), max_seq_length, default)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     reading_tokenizer(tokenizer, limit).save_pretrained(folder)

@@ -70,7 +70,7 @@ def check_request(args: argparse.Namespace) -> Path:
     facts = CheckpointFacts.read(str(folder))
     if not reads_any_length(facts.tisa) and args.document_tokens > facts.table_length:
         raise UsageError(
-            f"--document-tokens {args.document_tokens} is longer than {args.model}'s position table "
+            f"--document-tokens {args.document_tokens} is longer than {args.model}'s {facts.positions.describes} "
             f"({facts.table_length}); give at most {facts.table_length}, or a TISA replace-mode model."
         )
     return folder

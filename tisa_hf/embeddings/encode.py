@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..attaching import model_table_length, tisa_config_of
+from ..attaching import reading_range, tisa_config_of
 from ..common.checkpoints import reads_any_length
 from ..common.machine import machine, versions
 from ..common.result_files import check_writable, resumable_record, save_array, write_record
@@ -56,7 +56,7 @@ def load_model(name: str, device: str, max_seq_length: int | None) -> Any:
     tisa = tisa_config_of(encoder)
     if max_seq_length is not None or not reads_any_length(tisa):
         default = None if reads_any_length(tisa) else model.max_seq_length
-        model.max_seq_length = check_reading_limit(model_table_length(encoder), tisa, max_seq_length, default)
+        model.max_seq_length = check_reading_limit(*reading_range(encoder), tisa, max_seq_length, default)
     return model
 
 

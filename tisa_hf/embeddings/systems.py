@@ -85,8 +85,8 @@ class SystemSpec:
         if too_long:
             has = "TISA mode='add' keeps its position embeddings" if self.effective_tisa else "it has no TISA"
             raise UsageError(
-                f"{self.spec} cannot read {too_long[0]} tokens: its position table holds {self.table_length} and "
-                f"{has}. Give lengths up to {self.table_length}, or read longer documents with "
+                f"{self.spec} cannot read {too_long[0]} tokens: its {self.facts.positions.describes} holds "
+                f"{self.table_length} and {has}. Give lengths up to {self.table_length}, or read longer documents with "
                 f"{', '.join(self.spelling.longer_readings())} or a replace-mode model."
             )
 

@@ -17,7 +17,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, errors
 from matplotlib.figure import Figure
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from ..attaching import tisa_config_of
+from ..attaching import model_position_scheme, tisa_config_of
 from ..common.checkpoints import reads_any_length
 from ..common.hub_access import LOADING_ERRORS, check_push_target, describe_error
 from ..common.model_cards import (
@@ -233,12 +233,7 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
         ["this model", counts.tisa, counts.position_embeddings, counts.total],
         ["unpatched base model", unpatched.tisa, unpatched.position_embeddings, unpatched.total],
     ]
-    count_note = (
-        "\n\nIn `replace` mode the position table is kept on disk but only its mean reaches the model, so it "
-        "counts as one vector."
-        if reads_any_length(tisa)
-        else ""
-    )
+    count_note = f"\n\n{model_position_scheme(model).replace_note}" if reads_any_length(tisa) else ""
     sections.append(
         "## Positional parameters\n\n"
         + card_table(["", "TISA kernels", "position embeddings", "total"], count_rows)
@@ -267,7 +262,7 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None) -> ModelCa
         )
     limit = sentence_reading_length(run_dir)
     if limit is not None:
-        sections.append(sentence_section(limit, tisa))
+        sections.append(sentence_section(limit, tisa, model_position_scheme(model).describes))
     sections.append(usage_section(model, name, sentence_model=limit is not None))
     sections.append(
         "## Training configuration\n\n```json\n"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..attaching import model_table_length, tisa_config_of
+from ..attaching import reading_range, tisa_config_of
 from ..common.checkpoints import CheckpointFacts, reads_any_length
 from ..common.sentence_models import (
     MODULES_FILE,
@@ -46,8 +46,8 @@ def save_multi_vector_encoder(
 
     `model_or_path`: a TISA sentence-transformers model (`to_tisa_sentence_transformer`), or the folder of a TISA
     model or TISA sentence-transformers model (`tisa-hf adapt`'s output); only its encoder is kept. Documents are
-    read up to `document_length` tokens (default 32,768 for a `replace` model, the position table for an `add`
-    one), queries up to `query_length` (default: the document length, so that a query is read whole as the
+    read up to `document_length` tokens (default 32,768 for a `replace` model, the position table or rotary range
+    for an `add` one), queries up to `query_length` (default: the document length, so that a query is read whole as the
     `late:` read-out reads it). A folder that already holds a sentence-transformers model is not written over
     unless `overwrite`.
     """
@@ -62,17 +62,17 @@ def save_multi_vector_encoder(
     loaded = isinstance(model_or_path, SentenceTransformer)
     if loaded:
         encoder = transformer_module(model_or_path).auto_model
-        source, tisa, table = encoder.config.name_or_path, tisa_config_of(encoder), model_table_length(encoder)
+        source, tisa, (table, describes) = encoder.config.name_or_path, tisa_config_of(encoder), reading_range(encoder)
     else:
         facts = CheckpointFacts.read(str(model_or_path), "the model")
-        source, tisa, table = str(model_or_path), facts.tisa, facts.table_length
+        source, tisa, table, describes = str(model_or_path), facts.tisa, facts.table_length, facts.positions.describes
     if tisa is None:
         raise UsageError(
             f"{source or 'The model'} has no TISA; give a TISA model, e.g. tisa-hf adapt's output or "
             "to_tisa_sentence_transformer(model, TisaConfig(mode='replace'), max_seq_length=...)."
         )
-    documents = check_reading_limit(table, tisa, document_length or _default_length(tisa, table), None)
-    queries = check_reading_limit(table, tisa, query_length or documents, None)
+    documents = check_reading_limit(table, describes, tisa, document_length or _default_length(tisa, table), None)
+    queries = check_reading_limit(table, describes, tisa, query_length or documents, None)
     model = model_or_path if loaded else SentenceTransformer(facts.path, device="cpu")
     reader = _reading_transformer(transformer_module(model), documents, queries)
     tokenizer = reader.tokenizer
@@ -90,7 +90,7 @@ def save_multi_vector_encoder(
 
 
 def _default_length(tisa: TisaConfig, table: int) -> int:
-    """A replace model's `DOCUMENT_LENGTH`, an add model's position table."""
+    """A replace model's `DOCUMENT_LENGTH`, an add model's trained length (`table`)."""
     return DOCUMENT_LENGTH if reads_any_length(tisa) else table
 
 
