@@ -1,10 +1,12 @@
 """TISA's cost in one training step on this machine, to a stated precision, at any commit.
 
-`time` runs training steps (forward, backward, AdamW) of a BERT-base-shaped classifier, stock and with TISA `add`
-(S = 5), interleaved in alternating order, and appends one JSON line of each round's milliseconds to `--record`.
-It imports only `tisa_hf.patch` and `tisa_hf.TisaConfig`, so the same script times an older checkout put first on the
-path (`PYTHONPATH=<checkout> python scripts/step_ratio.py time ...`), which `tisa-hf bench` (whose options change
-between commits) cannot. `summarize` pools the lines of each label: the median TISA ÷ stock ratio of paired rounds
+`time` runs training steps (forward, backward, AdamW), or with `--step infer` forward passes without gradients, of a
+BERT-base-shaped classifier, stock and with TISA `add` (S = 5), interleaved in alternating order, and appends one JSON
+line of each round's milliseconds to `--record`. For BERT it imports only `tisa_hf.patch` and `tisa_hf.TisaConfig`,
+so the same script times an older checkout put first on the path (`PYTHONPATH=<checkout> python
+scripts/step_ratio.py time ...`), which `tisa-hf bench` (whose options change between commits) cannot; a RoPE
+encoder (`--architecture modernbert`, ...) is built at BERT base's size by `tisa-hf bench`'s own config.
+`summarize` pools the lines of each label: the median TISA ÷ stock ratio of paired rounds
 with a bootstrap interval, each side's median step, and the difference between two labels.
 
     python scripts/step_ratio.py time --label main --implementation sdpa --rounds 12 --record sdpa.jsonl
@@ -25,18 +27,25 @@ from scipy.stats import bootstrap
 INTERVAL = 0.95
 
 
-def train_step(tisa: bool, implementation: str, batch: int, length: int, dropout: float) -> Callable[[], None]:
+def train_step(
+    tisa: bool, implementation: str, batch: int, length: int, dropout: float, architecture: str, step: str
+) -> Callable[[], None]:
     import torch
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, BertConfig
 
     import tisa_hf
 
     torch.manual_seed(0)
-    sizes = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768, "intermediate_size": 3072}
-    config = BertConfig(**sizes, attention_probs_dropout_prob=dropout, num_labels=2)
-    config.problem_type = "single_label_classification"
-    config._attn_implementation = implementation
-    model = BertForSequenceClassification(config).train()
+    if architecture == "bert":
+        sizes = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768, "intermediate_size": 3072}
+        config = BertConfig(**sizes, attention_probs_dropout_prob=dropout, num_labels=2)
+        config.problem_type = "single_label_classification"
+        config._attn_implementation = implementation
+    else:
+        from tisa_hf.performance.cases import rotary_base_config
+
+        config = rotary_base_config(architecture, implementation, dropout, layers=12)
+    model = AutoModelForSequenceClassification.from_config(config).train(step == "train")
     if tisa:
         tisa_hf.patch(model, tisa_hf.TisaConfig(num_kernels=5, mode="add", init="random"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -47,19 +56,25 @@ def train_step(tisa: bool, implementation: str, batch: int, length: int, dropout
         "labels": torch.randint(0, 2, (batch,), generator=generator),
     }
 
-    def step() -> None:
+    def train() -> None:
         model(**inputs).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return step
+    @torch.no_grad()
+    def infer() -> None:
+        model(**inputs)
+
+    return train if step == "train" else infer
 
 
 def time_rounds(args: argparse.Namespace) -> None:
     import tisa_hf
 
     steps = {
-        name: train_step(name == "tisa", args.implementation, args.batch, args.length, args.dropout)
+        name: train_step(
+            name == "tisa", args.implementation, args.batch, args.length, args.dropout, args.architecture, args.step
+        )
         for name in ("stock", "tisa")
     }
     samples: dict[str, list[float]] = {name: [] for name in steps}
@@ -69,7 +84,8 @@ def time_rounds(args: argparse.Namespace) -> None:
             steps[name]()
             if round_index >= args.warmup:
                 samples[name].append(1000 * (time.perf_counter() - start))
-    settings = {key: getattr(args, key) for key in ("implementation", "batch", "length", "dropout", "warmup")}
+    keys = ("architecture", "step", "implementation", "batch", "length", "dropout", "warmup")
+    settings = {key: getattr(args, key) for key in keys}
     line = {"label": args.label, "tisa_hf": tisa_hf.__file__, **settings, "ms": samples}
     with open(args.record, "a") as record:
         record.write(json.dumps(line) + "\n")
@@ -120,6 +136,10 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     timing = commands.add_parser("time", help="time interleaved rounds and append them to --record")
     timing.add_argument("--label", required=True, help="what is timed, such as a commit")
+    timing.add_argument(
+        "--architecture", choices=("bert", "modernbert", "nomic_bert", "gte", "eurobert"), default="bert"
+    )
+    timing.add_argument("--step", choices=("train", "infer"), default="train")
     timing.add_argument("--implementation", choices=("sdpa", "eager"), default="sdpa")
     timing.add_argument("--batch", type=int, default=2)
     timing.add_argument("--length", type=int, default=512)

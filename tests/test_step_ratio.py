@@ -25,8 +25,11 @@ def test_a_run_appends_one_line_of_each_sides_rounds(step_ratio, tmp_path):
     step_ratio.main([*arguments, "--record", str(record)])
     first, line = (json.loads(text) for text in record.read_text().splitlines())
     assert first == earlier
-    assert {key: line[key] for key in ("label", "tisa_hf", "implementation", "batch", "length", "dropout")} == {
+    keys = ("label", "tisa_hf", "architecture", "step", "implementation", "batch", "length", "dropout")
+    assert {key: line[key] for key in keys} == {
         "label": "here",
+        "architecture": "bert",
+        "step": "train",
         "tisa_hf": tisa_hf.__file__,
         "implementation": "sdpa",
         "batch": 1,
@@ -34,6 +37,15 @@ def test_a_run_appends_one_line_of_each_sides_rounds(step_ratio, tmp_path):
         "dropout": 0.1,
     }
     assert all(len(line["ms"][side]) == 2 and min(line["ms"][side]) > 0 for side in ("stock", "tisa"))
+
+
+def test_a_rope_encoders_inference_rounds_are_recorded_as_such(step_ratio, tmp_path):
+    record = tmp_path / "record.jsonl"
+    arguments = ["time", "--label", "mb", "--architecture", "modernbert", "--step", "infer", "--batch", "1"]
+    step_ratio.main([*arguments, "--length", "8", "--warmup", "0", "--rounds", "1", "--record", str(record)])
+    line = json.loads(record.read_text())
+    assert (line["architecture"], line["step"]) == ("modernbert", "infer")
+    assert all(len(line["ms"][side]) == 1 for side in ("stock", "tisa"))
 
 
 def test_the_summary_pools_each_label_and_both_and_gives_their_differences(step_ratio, tmp_path, capsys):
