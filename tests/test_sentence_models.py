@@ -133,7 +133,7 @@ def test_reading_limits_are_checked(plain, tmp_path):
     assert str(error.value) == (
         "A TISA replace-mode model reads inputs of any length, so give max_seq_length, the number of tokens to read "
         "(e.g. max_seq_length=4096); sentence-transformers would otherwise cut every input at the 512 positions of "
-        "the unused position table."
+        "its position table, which replace mode does not use."
     )
     add = AutoModel.from_pretrained(plain, tisa=tisa_hf.TisaConfig(num_kernels=2, mode="add", init="random"))
     with pytest.raises(UsageError) as error:

@@ -62,7 +62,7 @@ def check_reading_limit(
             raise UsageError(
                 "A TISA replace-mode model reads inputs of any length, so give max_seq_length, the number of tokens "
                 f"to read (e.g. max_seq_length=4096); sentence-transformers would otherwise cut every input at the "
-                f"{table} positions of its {describes}."
+                f"{table} positions of its {describes}, which replace mode does not use."
             )
         return requested
     limit = requested if requested is not None else min(default or table, table)
