@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import transformers  # noqa: E402
 
 import tisa_hf  # noqa: E402
-from tests.fixtures import MODEL_TYPES, ROPE_MODEL_TYPES, tiny_rope_config  # noqa: E402
+from tests.fixtures import MODEL_TYPES, ROPE_MODEL_TYPES, rope_params, tiny_rope_config  # noqa: E402
 from tisa_hf.common import hub_access  # noqa: E402
 
 CORE_MARK = "pytest.mark.core"
@@ -48,7 +48,7 @@ def model_type(request) -> str:
     return request.param
 
 
-@pytest.fixture(params=ROPE_MODEL_TYPES)
+@pytest.fixture(params=rope_params())
 def rope_model_type(request) -> str:
     return request.param
 
@@ -56,10 +56,11 @@ def rope_model_type(request) -> str:
 @pytest.fixture(scope="session")
 def rope_checkpoints(tmp_path_factory) -> dict[str, str]:
     """A folder per RoPE encoder holding its tiny masked-LM checkpoint (`tiny_rope_config`, random weights drawn with
-    seed 0), saved once a session and loaded by the tests through the real `from_pretrained`."""
+    seed 0), saved once a session and loaded by the tests through the real `from_pretrained`; those the installed
+    transformers has."""
     root = tmp_path_factory.mktemp("rope")
     folders = {}
-    for model_type in ROPE_MODEL_TYPES:
+    for model_type in (model_type for model_type in ROPE_MODEL_TYPES if model_type in tisa_hf.supported_model_types()):
         torch.manual_seed(0)
         folders[model_type] = str(root / model_type)
         transformers.AutoModelForMaskedLM.from_config(tiny_rope_config(model_type)).save_pretrained(folders[model_type])

@@ -19,16 +19,13 @@ import torch
 from transformers import (
     AlbertConfig,
     AlbertForMaskedLM,
+    AutoConfig,
     BertConfig,
     BertForMaskedLM,
     BertModel,
     BertTokenizerFast,
     DistilBertConfig,
     ElectraConfig,
-    EuroBertConfig,
-    GteConfig,
-    ModernBertConfig,
-    NomicBertConfig,
     RobertaConfig,
     Trainer,
     TrainingArguments,
@@ -37,12 +34,29 @@ from transformers import (
 
 import tisa_hf.attention as attention
 from tisa_hf import supported_model_types
+from tisa_hf.adapters import ADAPTERS
 from tisa_hf.commands.registry import installed
 
 # The RoPE encoders (`tiny_rope_config`), tested in tests/test_rope.py and in the contract tests that name them; every
 # other supported architecture has a position table and its case in `tiny_config`.
 ROPE_MODEL_TYPES = ("eurobert", "gte", "modernbert", "nomic_bert")
 MODEL_TYPES = [model_type for model_type in supported_model_types() if model_type not in ROPE_MODEL_TYPES]
+
+
+def rope_params(fast: tuple[str, ...] = ROPE_MODEL_TYPES) -> list:
+    """`ROPE_MODEL_TYPES` as a test's parameters, those not in `fast` marked slow. An architecture the installed
+    transformers lacks skips with its adapter's reason (the release that brought it), so that the tests of the others
+    run on an older release."""
+    params = []
+    for model_type in ROPE_MODEL_TYPES:
+        adapter = ADAPTERS[model_type]
+        marks = [] if model_type in fast else [pytest.mark.slow]
+        if not adapter.available:
+            marks.append(pytest.mark.skip(reason=adapter.unavailable_reason()))
+        params.append(pytest.param(model_type, marks=marks))
+    return params
+
+
 # The tests' encoder sizes, in this one place: `tiny_config` builds every architecture from them, and each test
 # changes only what it is about (layers, positions, ...) by overrides.
 TINY_SIZES = dict(
@@ -96,13 +110,12 @@ def tiny_rope_config(model_type: str, **overrides):
     if model_type == "modernbert":
         ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3)
         extra = dict(local_attention=8, global_attn_every_n_layers=2, **ids)
-        return ModernBertConfig(**{**sizes, **extra, **overrides})
-    if model_type == "eurobert":
-        ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, mask_token_id=4)
-        return EuroBertConfig(**{**sizes, "num_key_value_heads": 2, **ids, **overrides})
-    dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0)
-    config_class = {"gte": GteConfig, "nomic_bert": NomicBertConfig}[model_type]
-    return config_class(**{**sizes, **dropout, **overrides})
+    elif model_type == "eurobert":
+        extra = dict(num_key_value_heads=2, pad_token_id=0, bos_token_id=2, eos_token_id=3, mask_token_id=4)
+    else:
+        extra = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0)
+    # By its model type: the config classes of NomicBERT, GTE and EuroBERT are missing from older transformers 5.x.
+    return AutoConfig.for_model(model_type, **{**sizes, **extra, **overrides})
 
 
 def write_tiny_model(

@@ -12,6 +12,7 @@ import pytest
 
 from tests.peer_common import import_common_tests
 from tests.peer_testers import ARCHITECTURES, HEAD_CHECKS, VARIANTS, Architecture, EncoderModelTester
+from tisa_hf.adapters import ADAPTERS
 
 try:
     test_modeling_common, test_configuration_common = import_common_tests()
@@ -114,7 +115,12 @@ class DecoderPeerTests(EncoderPeerTests):
 
 def peer_test_class(architecture: Architecture, variant: str) -> type:
     """The unittest class of one architecture and variant: a per-model test for each of its heads, the skip list
-    applied."""
+    applied. An architecture the installed transformers lacks gets one test, skipped with its adapter's reason."""
+    title = f"{architecture.prefix}{variant.capitalize()}PeerTest"
+    adapter = ADAPTERS[architecture.model_type]
+    if not adapter.available:
+        absent = type(title, (unittest.TestCase,), {"test_common_suite": lambda self: None})
+        return unittest.skip(adapter.unavailable_reason())(absent)
     tester = EncoderModelTester(None, architecture, variant)
     bases = (DecoderPeerTests if architecture.causal_lm else EncoderPeerTests,)
     namespace = {
@@ -134,7 +140,6 @@ def peer_test_class(architecture: Architecture, variant: str) -> type:
     for name, reason in skipped.items():
         namespace[name] = unittest.skip(reason)(lambda self: None)
     mixins = (GenerationTester,) if architecture.causal_lm else ()
-    title = f"{architecture.prefix}{variant.capitalize()}PeerTest"
     return type(title, (*bases, *mixins, unittest.TestCase), namespace)
 
 

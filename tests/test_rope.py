@@ -11,11 +11,20 @@ from transformers import AutoModel, AutoModelForMaskedLM, ModernBertModel
 
 import tisa_hf
 import tisa_hf.attention as attention
-from tests.fixtures import ROPE_MODEL_TYPES, ROPE_RANGE, RecordingRoute, requires_extra, tiny_config, tiny_rope_config
+from tests.fixtures import (
+    ROPE_MODEL_TYPES,
+    ROPE_RANGE,
+    RecordingRoute,
+    requires_extra,
+    rope_params,
+    tiny_config,
+    tiny_rope_config,
+)
 from tisa_hf import TisaConfig
 from tisa_hf.adapters import ADAPTERS, adapter_for
 from tisa_hf.adapters.modernbert import ModernBertAdapter
 from tisa_hf.adapters.positions import profile_text
+from tisa_hf.adapters.rotary import GteAdapter
 from tisa_hf.common.checkpoints import CheckpointFacts, check_sequence_length
 from tisa_hf.errors import UsageError
 from tisa_hf.kernels import TisaPositionBias
@@ -115,7 +124,7 @@ def test_the_rotary_profile_is_the_logits_rotation_adds(rope_checkpoint):
 
 @pytest.mark.parametrize(
     "rope_model_type",
-    [pytest.param(t, marks=[] if t in ("modernbert", "nomic_bert") else [pytest.mark.slow]) for t in ROPE_MODEL_TYPES],
+    rope_params(fast=("modernbert", "nomic_bert")),
 )
 def test_the_fitted_replace_kernels_follow_the_rotary_profile(rope_checkpoint):
     """`init="fit"` in `replace` fits f to the rotary profile it removes: within the fit's window, f(k) is the
@@ -154,6 +163,16 @@ def test_an_architecture_the_installed_transformers_lacks_is_refused_naming_the_
     )
     assert "modernbert" not in tisa_hf.supported_model_types()
     assert "modernbert" in ADAPTERS
+
+
+def test_the_tests_of_an_architecture_the_installed_transformers_lacks_skip_naming_the_release(monkeypatch):
+    monkeypatch.setattr(GteAdapter, "available", False)
+    params = dict(zip(ROPE_MODEL_TYPES, rope_params(fast=("gte", "modernbert")), strict=True))
+    (skip,) = params["gte"].marks
+    assert skip.name == "skip" and skip.kwargs["reason"].startswith(
+        "TISA on model type 'gte' needs transformers 5.18.0 or later, which has the architecture; transformers "
+    )
+    assert not params["modernbert"].marks and params["eurobert"].marks[0].name == "slow"
 
 
 # ModernBERT's sliding window on every route: a 1-layer local model, whose output at position 0 cannot depend on a

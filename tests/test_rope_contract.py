@@ -15,11 +15,11 @@ from transformers import AutoModel, BertTokenizerFast, PreTrainedModel
 
 import tisa_hf
 from tests.fixtures import (
-    ROPE_MODEL_TYPES,
     ROPE_RANGE,
     WORDS,
     FirstTokenTask,
     requires_extra,
+    rope_params,
     short_trainer,
     tiny_rope_config,
 )
@@ -33,13 +33,7 @@ pytestmark = pytest.mark.core
 RANDOM = {"num_kernels": 2, "init": "random"}
 # The costlier checks (compiling, exporting, LoRA, sentence-transformers) run on ModernBERT by default and on the other
 # three with `-m slow`, keeping the suite's time.
-EACH_SLOW_BUT_MODERNBERT = pytest.mark.parametrize(
-    "rope_model_type",
-    [
-        pytest.param(model_type, marks=[] if model_type == "modernbert" else [pytest.mark.slow])
-        for model_type in ROPE_MODEL_TYPES
-    ],
-)
+EACH_SLOW_BUT_MODERNBERT = pytest.mark.parametrize("rope_model_type", rope_params(fast=("modernbert",)))
 
 
 def padded_batch(length: int = 12, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -245,7 +239,7 @@ def test_a_multi_vector_encoder_of_a_rope_model_reads_past_its_rotary_range(rope
     assert vectors.shape[0] == len(WORDS) and torch.isfinite(torch.as_tensor(vectors)).all()
 
 
-@pytest.mark.parametrize("rope_model_type", ROPE_MODEL_TYPES)
+@pytest.mark.parametrize("rope_model_type", rope_params())
 def test_weights_a_checkpoint_lacks_start_as_the_stock_class_draws_them(rope_model_type):
     """Loading a TISA class without weights draws the encoder's and head's weights as the stock class does (ModernBERT's
     attention and MLP from their parent's truncated normal), seeded alike: the kernels aside, which TISA sets after
