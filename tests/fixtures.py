@@ -16,6 +16,8 @@ from types import ModuleType
 
 import pytest
 import torch
+import transformers
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from transformers import (
     AlbertConfig,
     AlbertForMaskedLM,
@@ -116,6 +118,21 @@ def tiny_rope_config(model_type: str, **overrides):
         extra = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0)
     # By its model type: the config classes of NomicBERT, GTE and EuroBERT are missing from older transformers 5.x.
     return AutoConfig.for_model(model_type, **{**sizes, **extra, **overrides})
+
+
+def modernbert_config_with_layers(layer_types: list[str]):
+    """A tiny ModernBERT config whose layers are `layer_types`; skips where the installed transformers refuses them
+    (5.13 and older refuse layer types without both kinds, global and sliding, whose two rotary bases the config
+    names)."""
+    try:
+        config = tiny_rope_config("modernbert", num_hidden_layers=len(layer_types), layer_types=layer_types)
+        type(config).from_dict(config.to_dict())  # as tisa_hf.patch rebuilds it
+    except StrictDataclassFieldValidationError:
+        pytest.skip(
+            f"transformers {transformers.__version__}'s ModernBertConfig refuses layer types {sorted(set(layer_types))}"
+            " without both kinds, which this test needs"
+        )
+    return config
 
 
 def write_tiny_model(

@@ -15,6 +15,7 @@ from tests.fixtures import (
     ROPE_MODEL_TYPES,
     ROPE_RANGE,
     RecordingRoute,
+    modernbert_config_with_layers,
     requires_extra,
     rope_params,
     tiny_config,
@@ -64,8 +65,10 @@ def test_replace_reads_two_and_four_times_the_rotary_range(rope_checkpoint):
 def test_replace_without_kernels_reads_no_order(rope_checkpoint, rope_model_type):
     """With the rotation removed and f = 0 nothing positional is left: permuting the tokens permutes the outputs
     (ModernBERT's local layers keep their window, which is positional, so it is given global layers only)."""
-    overrides = {"layer_types": ["full_attention"] * 3} if rope_model_type == "modernbert" else {}
-    config = tiny_rope_config(rope_model_type, **overrides)
+    if rope_model_type == "modernbert":
+        config = modernbert_config_with_layers(["full_attention"] * 3)
+    else:
+        config = tiny_rope_config(rope_model_type)
     stock = AutoModel.from_config(config).eval()
     model = AutoModel.from_config(config).eval()
     model.load_state_dict(stock.state_dict())
@@ -196,7 +199,7 @@ def test_the_sliding_window_hides_keys_outside_it_on_every_route(monkeypatch, ro
     implementation, policy, expected, training = WINDOW_ROUTES[route]
     if route == "fused (interpreted)":
         pytest.importorskip("triton")
-    config = tiny_rope_config("modernbert", num_hidden_layers=1, layer_types=["sliding_attention"])
+    config = modernbert_config_with_layers(["sliding_attention"])
     model = ModernBertModel(config)
     tisa_hf.patch(model, TisaConfig(num_kernels=2, init="random"))
     model.set_attn_implementation(implementation)

@@ -88,9 +88,13 @@ class EmbeddingsCall:
     def get(self, name: str):
         return self.bound.arguments.get(name)
 
-    def length(self) -> int:
+    def tokens(self) -> torch.Tensor:
+        """The call's token ids, or its input embeddings where it gives no ids."""
         input_ids = self.get("input_ids")
-        return (input_ids if input_ids is not None else self.get("inputs_embeds")).shape[1]
+        return input_ids if input_ids is not None else self.get("inputs_embeds")
+
+    def length(self) -> int:
+        return self.tokens().shape[1]
 
 
 class PositionIdsForReplaceMode:
@@ -102,6 +106,20 @@ class PositionIdsForReplaceMode:
         if call.get("position_ids") is None:
             device = module.position_embeddings.weight.device
             call.bound.arguments["position_ids"] = torch.zeros(1, call.length(), dtype=torch.long, device=device)
+        return call.bound.args, call.bound.kwargs
+
+
+class TokenTypesForReplaceMode:
+    """Embeddings pre-hook in `replace` mode for embeddings that gather the token type ids a call does not give from
+    a buffer of zeros, one row a position of the rotary range (NomicBERT before transformers 5.17), so that an input
+    past the range fails there: the zeros that buffer holds, for any length."""
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        call = EmbeddingsCall(module, args, kwargs)
+        if call.get("token_type_ids") is None:
+            tokens = call.tokens()
+            shape = tokens.shape[:2]
+            call.bound.arguments["token_type_ids"] = torch.zeros(shape, dtype=torch.long, device=tokens.device)
         return call.bound.args, call.bound.kwargs
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import transformers
+from packaging.version import Version
+
 from .base import AttentionSite, EncoderAdapter
-from .positions import RotaryPositions
+from .positions import RotaryPositions, TokenTypesForReplaceMode
 
 if TYPE_CHECKING:
     import torch
@@ -43,8 +46,20 @@ class RotaryAdapter(EncoderAdapter):
         return self.rotary_module(model).forward(hidden, positions)
 
 
+class NomicBertPositions(RotaryPositions):
+    """NomicBERT's rotary positions. Before transformers 5.17 its embeddings gather the token type ids a call does not
+    give from a zero buffer of `max_position_embeddings` rows by position, so `replace` supplies those zeros itself,
+    to read past the rotary range."""
+
+    def apply_mode(self, base: PreTrainedModel, adapter: EncoderAdapter, mode: str) -> None:
+        super().apply_mode(base, adapter, mode)
+        if mode == "replace" and Version(transformers.__version__) < Version("5.17.0"):
+            base.embeddings.register_forward_pre_hook(TokenTypesForReplaceMode(), with_kwargs=True)
+
+
 class NomicBertAdapter(RotaryAdapter):
     model_type = "nomic_bert"
+    positions = NomicBertPositions()
     base_model_class_name = "NomicBertModel"
     transformers_release = "5.5.0"
 
