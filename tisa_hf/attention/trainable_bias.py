@@ -64,15 +64,24 @@ class TrainableBiasAttention(torch.autograd.Function):
     def backward(ctx, grad_output):
         query, key, value, bias, output, logsumexp = ctx.saved_tensors
         scale = ctx.scale
-        probabilities = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(bias)
-        # A conversion or reduction that would change nothing is skipped: each is an operator call of its own.
+        # The logits' scale and bias, and the score gradient's row term, are taken inside the matrix products
+        # (`baddbmm`, one batch element at a time, since the bias is shared by the batch): each is a pass over a
+        # (batch, heads, n, n) tensor saved, with the same rounding.
+        probabilities = query.new_empty(*query.shape[:-1], key.shape[-2])
+        for index, logits in enumerate(probabilities):
+            row_bias = bias[index if bias.shape[0] > 1 else 0]
+            torch.baddbmm(row_bias, query[index], key[index].transpose(-1, -2), alpha=scale, out=logits)
+        # A conversion that would change nothing is skipped: each is an operator call of its own.
         logsumexp = logsumexp.unsqueeze(-1)
         if logsumexp.dtype != probabilities.dtype:
             logsumexp = logsumexp.to(probabilities.dtype)
         probabilities = probabilities.sub_(logsumexp).exp_()
         grad_value = torch.matmul(probabilities.transpose(-1, -2), grad_output)
         row_dot = (grad_output * output).sum(-1, keepdim=True)
-        grad_scores = torch.matmul(grad_output, value.transpose(-1, -2)).sub_(row_dot).mul_(probabilities)
+        grad_scores = torch.empty_like(probabilities)
+        for index, scores in enumerate(grad_scores):
+            torch.baddbmm(row_dot[index], grad_output[index], value[index].transpose(-1, -2), beta=-1, out=scores)
+        grad_scores = grad_scores.mul_(probabilities)
         del probabilities
         grad_query = torch.matmul(grad_scores, key).mul_(scale)
         grad_key = torch.matmul(grad_scores.transpose(-1, -2), query).mul_(scale)
