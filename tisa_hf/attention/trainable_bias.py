@@ -1,7 +1,7 @@
 """The CPU trainable-bias route: PyTorch leaves its CPU flash attention kernel for the unfused math path as soon as the
 float mask requires a gradient, which TISA's bias does in training, and has no CPU attention kernel that returns a
 mask gradient. `TrainableBiasAttention` runs the flash attention kernel forward with the bias as a constant mask and
-recomputes the probabilities from the saved log-sum-exp in its backward."""
+recomputes the probabilities in its backward."""
 
 from __future__ import annotations
 
@@ -53,29 +53,29 @@ class TrainableBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, bias, scale):
-        output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        output, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, attn_mask=bias, scale=scale
         )
-        ctx.save_for_backward(query, key, value, bias, output, logsumexp)
+        ctx.save_for_backward(query, key, value, bias, output)
         ctx.scale = scale
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
-        query, key, value, bias, output, logsumexp = ctx.saved_tensors
+        query, key, value, bias, output = ctx.saved_tensors
         scale = ctx.scale
         # The logits' scale and bias, and the score gradient's row term, are taken inside the matrix products
-        # (`baddbmm`, one batch element at a time, since the bias is shared by the batch): each is a pass over a
-        # (batch, heads, n, n) tensor saved, with the same rounding.
-        probabilities = query.new_empty(*query.shape[:-1], key.shape[-2])
-        for index, logits in enumerate(probabilities):
+        # (`baddbmm`, one batch element at a time, since the bias is shared by the batch): each saves a pass over a
+        # (batch, heads, n, n) tensor.
+        logits = query.new_empty(*query.shape[:-1], key.shape[-2])
+        for index, rows in enumerate(logits):
             row_bias = bias[index if bias.shape[0] > 1 else 0]
-            torch.baddbmm(row_bias, query[index], key[index].transpose(-1, -2), alpha=scale, out=logits)
-        # A conversion that would change nothing is skipped: each is an operator call of its own.
-        logsumexp = logsumexp.unsqueeze(-1)
-        if logsumexp.dtype != probabilities.dtype:
-            logsumexp = logsumexp.to(probabilities.dtype)
-        probabilities = probabilities.sub_(logsumexp).exp_()
+            torch.baddbmm(row_bias, query[index], key[index].transpose(-1, -2), alpha=scale, out=rows)
+        # softmax, not exp(logits - the forward's log-sum-exp): PyTorch's CPU exp leaves its vectorized path for
+        # arguments below about -88, which every masked logit is (a sliding window, padding, a causal mask), and
+        # took 10 times as long on ModernBERT's local layers; its softmax does not.
+        probabilities = torch.softmax(logits, dim=-1)
+        del logits
         grad_value = torch.matmul(probabilities.transpose(-1, -2), grad_output)
         row_dot = (grad_output * output).sum(-1, keepdim=True)
         grad_scores = torch.empty_like(probabilities)
