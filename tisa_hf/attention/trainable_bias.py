@@ -64,24 +64,16 @@ class TrainableBiasAttention(torch.autograd.Function):
     def backward(ctx, grad_output):
         query, key, value, bias, output = ctx.saved_tensors
         scale = ctx.scale
-        # The logits' scale and bias, and the score gradient's row term, are taken inside the matrix products
-        # (`baddbmm`, one batch element at a time, since the bias is shared by the batch): each saves a pass over a
-        # (batch, heads, n, n) tensor.
-        logits = query.new_empty(*query.shape[:-1], key.shape[-2])
-        for index, rows in enumerate(logits):
-            row_bias = bias[index if bias.shape[0] > 1 else 0]
-            torch.baddbmm(row_bias, query[index], key[index].transpose(-1, -2), alpha=scale, out=rows)
+        logits = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(bias)
         # softmax, not exp(logits - the forward's log-sum-exp): PyTorch's CPU exp leaves its vectorized path for
         # arguments below about -88, which every masked logit is (a sliding window, padding, a causal mask), and
-        # took 10 times as long on ModernBERT's local layers; its softmax does not.
+        # took 10 times as long on ModernBERT's local layers; its softmax does not. (No loop over the batch here:
+        # under torch.compile with dynamic shapes it would pin the batch size.)
         probabilities = torch.softmax(logits, dim=-1)
         del logits
         grad_value = torch.matmul(probabilities.transpose(-1, -2), grad_output)
         row_dot = (grad_output * output).sum(-1, keepdim=True)
-        grad_scores = torch.empty_like(probabilities)
-        for index, scores in enumerate(grad_scores):
-            torch.baddbmm(row_dot[index], grad_output[index], value[index].transpose(-1, -2), beta=-1, out=scores)
-        grad_scores = grad_scores.mul_(probabilities)
+        grad_scores = torch.matmul(grad_output, value.transpose(-1, -2)).sub_(row_dot).mul_(probabilities)
         del probabilities
         grad_query = torch.matmul(grad_scores, key).mul_(scale)
         grad_key = torch.matmul(grad_scores.transpose(-1, -2), query).mul_(scale)
