@@ -122,7 +122,7 @@ def tiny_rope_config(model_type: str, **overrides):
 
 def modernbert_config_with_layers(layer_types: list[str]):
     """A tiny ModernBERT config whose layers are `layer_types`; skips where the installed transformers refuses them
-    (5.13 and older refuse layer types without both kinds, global and sliding, whose two rotary bases the config
+    (releases before 5.18 refuse layer types without both kinds, global and sliding, whose two rotary bases the config
     names)."""
     try:
         config = tiny_rope_config("modernbert", num_hidden_layers=len(layer_types), layer_types=layer_types)

@@ -67,8 +67,7 @@ class TrainableBiasAttention(torch.autograd.Function):
         logits = torch.matmul(query, key.transpose(-1, -2)).mul_(scale).add_(bias)
         # softmax, not exp(logits - the forward's log-sum-exp): PyTorch's CPU exp leaves its vectorized path for
         # arguments below about -88, which every masked logit is (a sliding window, padding, a causal mask), and
-        # took 10 times as long on ModernBERT's local layers; its softmax does not. (No loop over the batch here:
-        # under torch.compile with dynamic shapes it would pin the batch size.)
+        # took 10 times as long on ModernBERT's local layers; its softmax does not.
         probabilities = torch.softmax(logits, dim=-1)
         del logits
         grad_value = torch.matmul(probabilities.transpose(-1, -2), grad_output)
